@@ -1,0 +1,48 @@
+"""Atomic checkpoints: `last.pt` (resume) and `best.pt` (the checkpoint later stages start from).
+
+A checkpoint holds the model, optimizer, schedule, step, RNG state and the eval history, so a
+resumed run continues exactly where it stopped. Files are written to a temp name and renamed, so
+a killed run never leaves half a checkpoint, and loaded with weights_only=True.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+LAST = "last.pt"
+BEST = "best.pt"
+RESULT = "result.json"
+
+
+def save_atomic(obj: Any, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.close(fd)
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def load(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    return torch.load(path, map_location=map_location, weights_only=True)
+
+
+def write_json_atomic(obj: Any, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        json.dump(obj, f, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    return json.loads(Path(path).read_text())

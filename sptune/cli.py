@@ -1,0 +1,125 @@
+"""`sptune` command line: pretrain, finetune, scratch, compare, data.
+
+    sptune pretrain configs/listops_mini_transformer.yaml optim.lr=1e-3
+    sptune finetune configs/listops_mini_transformer.yaml --from runs/pretrain-listops-mini-transformer-s0
+    sptune scratch  configs/listops_mini_transformer.yaml
+    sptune compare  configs/listops_mini_transformer.yaml      # scratch vs SPT side by side
+
+User mistakes (bad values, unknown names, missing data) print one line and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from sptune.errors import UserError
+
+
+def _config(args: argparse.Namespace, stage: str):
+    from sptune import config
+
+    return config.load(args.config, args.overrides, stage=stage)
+
+
+def _print_result(result: dict[str, Any]) -> None:
+    if result["status"] != "completed":
+        print(f"{result['stage']} FAILED: {result['reason']} (run dir {result['run_dir']})")
+        return
+    print(f"{result['stage']} done: best val {result['metric']} {result['best_val']:.4f} at step "
+          f"{result['best_step']}, test {result['test_metric']:.4f} -> {result['run_dir']}")
+
+
+def cmd_stage(args: argparse.Namespace) -> int:
+    from sptune import train
+
+    cfg = _config(args, args.command)
+    if args.command == "finetune":
+        result = train.finetune(cfg, args.from_run)
+    else:
+        result = getattr(train, args.command)(cfg)
+    _print_result(result)
+    return 0 if result["status"] == "completed" else 1
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from sptune import train
+
+    results = {}
+    scratch_cfg = _config(args, "scratch")
+    results["scratch"] = train.scratch(scratch_cfg)
+    pre = train.pretrain(_config(args, "pretrain"))
+    results["pretrain"] = pre
+    if pre["status"] == "completed":
+        results["finetune"] = train.finetune(_config(args, "finetune"), pre["run_dir"])
+    print(compare_table(results))
+    return 0 if all(r["status"] == "completed" for r in results.values()) else 1
+
+
+def compare_table(results: dict[str, dict[str, Any]]) -> str:
+    scratch = results["scratch"]
+    rows = [("scratch", scratch)]
+    if "finetune" in results:
+        rows.append(("SPT (pretrain -> finetune)", results["finetune"]))
+    metric = scratch["metric"]
+    pre = results["pretrain"]
+    lines = [f"task {scratch['task']} | model {scratch['model']} ({scratch['n_params']:,} parameters) | "
+             f"metric {metric}",
+             f"pretraining: {pre['steps']} steps, best val {pre['metric']} "
+             + (f"{pre['best_val']:.4f}" if pre.get("best_val") is not None else "n/a")
+             + f" ({pre['status']}, {pre['train_seconds']:.0f} s)",
+             "",
+             f"{'':28s} {'val (best)':>10s} {'test':>8s} {'steps':>7s} {'seconds':>8s}"]
+    for name, r in rows:
+        if r["status"] != "completed":
+            lines.append(f"{name:28s} FAILED: {r['reason']}")
+            continue
+        seconds = r["train_seconds"] + (pre["train_seconds"] if name.startswith("SPT") else 0.0)
+        lines.append(f"{name:28s} {r['best_val']:10.4f} {r['test_metric']:8.4f} {r['steps']:7d} {seconds:8.0f}")
+    if "finetune" in results and results["finetune"]["status"] == "completed" and scratch["status"] == "completed":
+        gain = results["finetune"]["test_metric"] - scratch["test_metric"]
+        lines.append(f"\nSPT - scratch (test {metric}): {gain:+.4f}   (SPT seconds include pretraining)")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sptune", description="Self-pretraining for long-sequence models.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+    helps = {"pretrain": "self-pretrain (masked or causal denoising) on the task's own training data",
+             "finetune": "finetune from the best checkpoint of a pretraining run",
+             "scratch": "train on the task from a random init (the baseline)",
+             "compare": "scratch vs SPT (pretrain then finetune) on one task/model; prints both test metrics"}
+    for name, text in helps.items():
+        p = sub.add_parser(name, help=text, description=text)
+        p.add_argument("config", help="YAML config file (see configs/)")
+        p.add_argument("overrides", nargs="*", help="section.field=value, e.g. optim.lr=5e-4 model.name=s4")
+        if name == "finetune":
+            p.add_argument("--from", dest="from_run", required=True, help="pretraining run directory")
+        p.set_defaults(func=cmd_compare if name == "compare" else cmd_stage)
+    from sptune import data_cli
+
+    data_cli.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except UserError as exc:
+        print(f"sptune: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("sptune: interrupted; rerun the same command to resume from the last checkpoint", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,267 @@
+"""Typed run configuration: five dataclasses, read from YAML, validated at load, dumped resolved.
+
+    Config(task, model, objective, optim, run)
+
+Every field has a default; a YAML file and `key=value` overrides (dotted: `optim.lr=5e-4`) set the
+rest. Validation names the field and the allowed values, so a bad value is a one-line error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, get_type_hints
+
+import yaml
+
+from sptune.errors import UserError
+
+
+@dataclass
+class TaskConfig:
+    name: str = "listops-mini"
+    data_dir: str = ""  # root of the real datasets; "" = $SPTUNE_DATA or ~/sptune_data
+    train_fraction: float = 1.0  # nested subsets: prefixes of one fixed permutation (Appendix C.1.4)
+    max_val_examples: int = 0  # 0 = the whole validation split (cap it for quick runs)
+
+
+@dataclass
+class ModelConfig:
+    name: str = "transformer"  # a key of sptune.registry.MODELS
+    d_model: int = 64
+    n_layers: int = 2
+    d_ff: int = 128  # feed-forward width of each block; 0 = no feed-forward sub-layer (S4 style)
+    dropout: float = 0.0
+    norm: str = "layer"  # "layer" | "batch"
+    prenorm: bool = True  # the paper always uses pre-LayerNorm for Transformers (Appendix C.1)
+    pooling: str = "mean"  # "mean" | "max" | "last" (Appendix C.1.1)
+    causal: bool = False  # unidirectional model: required by causal SPT (§2)
+    # Transformer
+    n_heads: int = 4
+    pos_encoding: str = "sinusoidal"  # "learned" | "sinusoidal" | "rotary" | "none"
+    attention: str = "full"  # "full" | "block" (block-local, §2: blocks of 4096 for L >= 16K)
+    block_size: int = 4096
+    # SSMs (S4 / S4D / DLR)
+    d_state: int = 64  # full state size N (S4 stores N/2 conjugate pairs); DLR default 1024
+    ssm_init: str = "structured"  # "structured" | "random" (normal, std 0.1: Appendix C.1.3)
+    ssm_lr: float = 1e-3  # SSM parameters get their own lr and no weight decay (Gu et al. 2022a)
+    kernel_backend: str = "auto"  # "auto" | "keops" | "torch"
+
+
+@dataclass
+class ObjectiveConfig:
+    kind: str = "masked"  # "masked" | "causal": the denoising objective of pretraining (§2)
+    mask_ratio: float = -1.0  # -1 = the task's default (50% visual, 15% text, 10% ListOps, 25% SC/BIDMC)
+    loss: str = "auto"  # "auto" = the task's ("ce" tokens, "l1" pixels/signals) | "ce" | "l1"
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-3
+    batch_size: int = 32
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    schedule: str = "cosine"  # "cosine" (linear warmup then cosine) | "constant" (after warmup)
+    warmup_steps: int = 0
+    max_steps: int = 1000  # total optimizer steps; set epochs > 0 to train by epochs instead
+    epochs: int = 0
+    grad_clip: float = 1.0  # 0 = off
+    eval_every: int = 100  # steps between validation passes (and checkpoints)
+
+
+@dataclass
+class RunConfig:
+    seed: int = 0
+    out_dir: str = "runs"  # run directories are created below this
+    name: str = ""  # run directory name; "" = <stage>-<task>-<model>-s<seed>
+    device: str = "auto"  # "auto" | "cpu" | "cuda"
+    num_threads: int = 0  # torch intra-op threads; 0 = torch's default
+    progress: bool = True  # progress bar on the training loop
+    resume: bool = True  # continue from <run dir>/last.pt when it exists
+
+
+@dataclass
+class Config:
+    task: TaskConfig = field(default_factory=TaskConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# Allowed values of the string fields: a value outside these is a user error naming the field.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "model.norm": ("layer", "batch"),
+    "model.pooling": ("mean", "max", "last"),
+    "model.pos_encoding": ("learned", "sinusoidal", "rotary", "none"),
+    "model.attention": ("full", "block"),
+    "model.ssm_init": ("structured", "random"),
+    "model.kernel_backend": ("auto", "keops", "torch"),
+    "objective.kind": ("masked", "causal"),
+    "objective.loss": ("auto", "ce", "l1"),
+    "optim.schedule": ("cosine", "constant"),
+    "run.device": ("auto", "cpu", "cuda"),
+}
+POSITIVE = ("model.d_model", "model.n_layers", "model.n_heads", "model.block_size", "model.d_state",
+            "optim.lr", "optim.batch_size", "optim.max_steps", "optim.eval_every")
+NON_NEGATIVE = ("model.d_ff", "model.dropout", "optim.weight_decay", "optim.warmup_steps", "optim.epochs",
+                "optim.grad_clip", "task.max_val_examples", "model.ssm_lr")
+
+
+def _coerce(path: str, value: Any, kind: Any) -> Any:
+    """Turn a YAML/CLI value into the field's declared type, or raise a UserError naming the field."""
+    try:
+        if kind is bool:
+            if isinstance(value, str):
+                if value.lower() in ("true", "1", "yes"):
+                    return True
+                if value.lower() in ("false", "0", "no"):
+                    return False
+                raise ValueError
+            return bool(value)
+        if kind is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value)
+        if kind is float:
+            return float(value)
+        if kind is str:
+            return str(value)
+        if kind == tuple[float, float]:
+            items = yaml.safe_load(value) if isinstance(value, str) else value
+            a, b = (float(v) for v in items)
+            return (a, b)
+    except (TypeError, ValueError):
+        pass
+    name = getattr(kind, "__name__", str(kind))
+    raise UserError(f"config field {path}={value!r} is not a valid {name}; give a {name} value")
+
+
+def _apply(section: Any, section_name: str, values: dict[str, Any]) -> None:
+    if not isinstance(values, dict):
+        raise UserError(f"config section '{section_name}' must be a mapping of field: value")
+    hints = get_type_hints(type(section))
+    known = {f.name for f in fields(section)}
+    for key, value in values.items():
+        if key not in known:
+            raise UserError(f"unknown config field {section_name}.{key}; allowed: {', '.join(sorted(known))}")
+        setattr(section, key, _coerce(f"{section_name}.{key}", value, hints[key]))
+
+
+def from_dict(data: dict[str, Any] | None) -> Config:
+    cfg = Config()
+    sections = {f.name for f in fields(cfg)}
+    for name, values in (data or {}).items():
+        if name not in sections:
+            raise UserError(f"unknown config section '{name}'; allowed: {', '.join(sorted(sections))}")
+        _apply(getattr(cfg, name), name, values or {})
+    validate(cfg)
+    return cfg
+
+
+STAGE_NAMES = ("pretrain", "finetune", "scratch")
+
+
+def parse_overrides(overrides: list[str], stage: str | None = None) -> dict[str, dict[str, Any]]:
+    """`optim.lr=5e-4 model.name=s4` -> {"optim": {"lr": 5e-4}, "model": {"name": "s4"}}.
+
+    A stage prefix applies to that stage only: `pretrain.optim.lr=1e-3` (used by `sptune compare`).
+    """
+    nested: dict[str, dict[str, Any]] = {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        parts = key.split(".")
+        if parts[0] in STAGE_NAMES and len(parts) == 3:
+            if parts[0] != stage:
+                continue
+            parts = parts[1:]
+        if not sep or len(parts) != 2 or not all(parts):
+            raise UserError(f"override '{item}' is not of the form section.field=value (e.g. optim.lr=5e-4)")
+        nested.setdefault(parts[0], {})[parts[1]] = yaml.safe_load(value) if value else ""
+    return nested
+
+
+def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in base.items()}
+    for section, values in extra.items():
+        if isinstance(values, dict) and isinstance(out.get(section), dict):
+            out[section].update(values)
+        else:
+            out[section] = values
+    return out
+
+
+def load(path: str | os.PathLike | None = None, overrides: list[str] | None = None,
+         stage: str | None = None) -> Config:
+    """Read a YAML config (safe_load), apply the `stages.<stage>` section and overrides, validate.
+
+    A config may hold per-stage settings (the paper uses different lr / batch size for pretraining
+    and finetuning, Tables 4-6) under `stages: {pretrain: {optim: ...}, finetune: ..., scratch: ...}`.
+    """
+    data: dict[str, Any] = {}
+    if path:
+        p = Path(path)
+        if not p.is_file():
+            raise UserError(f"config file {p} does not exist; pass a path to a YAML config (see configs/)")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise UserError(f"config file {p} is not valid YAML ({str(exc).splitlines()[0]}); fix its syntax") from None
+        if not isinstance(data, dict):
+            raise UserError(f"config file {p} must hold a mapping of sections (task, model, objective, optim, run)")
+    stages = data.pop("stages", None) or {}
+    if not isinstance(stages, dict) or set(stages) - set(STAGE_NAMES):
+        raise UserError(f"config 'stages' must map some of {', '.join(STAGE_NAMES)} to config sections")
+    if stage is not None:
+        data = merge(data, stages.get(stage) or {})
+    return from_dict(merge(data, parse_overrides(overrides or [], stage)))
+
+
+def validate(cfg: Config) -> None:
+    from sptune.registry import MODELS, TASKS  # late import: registry imports the model code
+
+    if cfg.task.name not in TASKS:
+        raise UserError(f"unknown task '{cfg.task.name}' (task.name); choose one of: {', '.join(sorted(TASKS))}")
+    if cfg.model.name not in MODELS:
+        raise UserError(f"unknown model '{cfg.model.name}' (model.name); choose one of: {', '.join(sorted(MODELS))}")
+    for path, allowed in CHOICES.items():
+        section, name = path.split(".")
+        value = getattr(getattr(cfg, section), name)
+        if value not in allowed:
+            raise UserError(f"{path}={value!r} is not allowed; choose one of: {', '.join(allowed)}")
+    for path in POSITIVE + NON_NEGATIVE:
+        section, name = path.split(".")
+        value = getattr(getattr(cfg, section), name)
+        if (path in POSITIVE and value <= 0) or value < 0:
+            bound = "> 0" if path in POSITIVE else ">= 0"
+            raise UserError(f"{path}={value} is out of range; it must be {bound}")
+    if not 0.0 < cfg.task.train_fraction <= 1.0:
+        raise UserError(f"task.train_fraction={cfg.task.train_fraction} must be in (0, 1]")
+    ratio = cfg.objective.mask_ratio
+    if ratio != -1.0 and not 0.0 < ratio < 1.0:
+        raise UserError(f"objective.mask_ratio={ratio} must be in (0, 1), or -1 for the task's default")
+    if cfg.model.dropout >= 1.0:
+        raise UserError(f"model.dropout={cfg.model.dropout} must be < 1")
+    if cfg.model.d_model % cfg.model.n_heads and cfg.model.name == "transformer":
+        raise UserError(f"model.d_model={cfg.model.d_model} must be divisible by model.n_heads={cfg.model.n_heads}")
+
+
+def dump(cfg: Config, path: str | os.PathLike) -> None:
+    """Write the resolved config as YAML, atomically (a reader never sees half a file)."""
+    data = cfg.to_dict()
+    data["optim"]["betas"] = list(data["optim"]["betas"])
+    write_text_atomic(Path(path), yaml.safe_dump(data, sort_keys=False))
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)

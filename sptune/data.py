@@ -1,0 +1,49 @@
+"""Batches from in-memory splits, deterministic by (seed, step) so a resumed run sees the same data.
+
+No DataLoader state to save: the batch of step s is a pure function of (seed, s), so resuming at
+step s continues the exact sequence of the uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from sptune.tasks.base import Split
+
+# The permutation behind training-data fractions is fixed (not the run seed): subsets are nested
+# prefixes of one order, so every fraction contains the smaller ones (Appendix C.1.4).
+FRACTION_SEED = 20231004
+
+
+def train_fraction(split: Split, fraction: float) -> Split:
+    if fraction >= 1.0:
+        return split
+    n = max(1, int(round(len(split) * fraction)))
+    order = torch.randperm(len(split), generator=torch.Generator().manual_seed(FRACTION_SEED))
+    return split.subset(order[:n])
+
+
+def steps_per_epoch(n: int, batch_size: int) -> int:
+    return math.ceil(n / batch_size)
+
+
+def train_batch_index(n: int, batch_size: int, seed: int, step: int) -> torch.Tensor:
+    """Example indices of optimizer step `step`: epoch e uses a permutation seeded by (seed, e)."""
+    per_epoch = steps_per_epoch(n, batch_size)
+    epoch, pos = divmod(step, per_epoch)
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
+    return order[pos * batch_size : (pos + 1) * batch_size]
+
+
+def step_generator(seed: int, step: int) -> torch.Generator:
+    """The RNG of one step's masking draw."""
+    return torch.Generator().manual_seed(seed * 1_000_033 + step + 7)
+
+
+def eval_batches(split: Split, batch_size: int, limit: int = 0):
+    n = len(split) if limit <= 0 else min(limit, len(split))
+    for start in range(0, n, batch_size):
+        index = torch.arange(start, min(start + batch_size, n))
+        yield split.inputs[index], split.targets[index], split.lengths[index]

@@ -1,0 +1,209 @@
+"""S4 / S4D layer: an SSM convolution per channel followed by a GLU feature mix (paper §3.3, Eq. 1-2).
+
+Block (as the state-spaces/s4 S4Block with FFTConv):
+    u (B, L, H) -> y = K * u + D u -> GELU -> dropout -> Linear(H, 2H) -> GLU -> (B, L, H)
+
+Parameterization (as state-spaces/s4, so the s4 reference checkpoints map one to one):
+    dt = exp(log_dt)                       (H,)     log-uniform in [dt_min, dt_max] at init
+    A  = -exp(A_real) - i A_imag           (H, N/2) Re(A) < 0 for every value of A_real
+    B, P, C complex, stored as (re, im) pairs in a trailing axis of size 2
+Because Re(A) = -exp(.) < 0 and p p^H is positive semi-definite, A - p p^H has a negative definite
+Hermitian part, so both the ZOH and the bilinear discretizations are stable (|eigenvalues| < 1) for any
+parameter values, including the random init of Appendix C.1.3.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from sptune.errors import UserError
+
+from . import ssm
+
+S4_MODES = ("dplr", "diag-lin", "diag-inv", "diag-legs")
+RANDOM_INIT_STD = 0.1  # Appendix C.1.3: "random normal values and standard deviation 0.1"
+
+
+def tag_ssm_param(param: nn.Parameter, ssm_lr: float | None) -> None:
+    """Mark an SSM parameter for the optimizer (s4 convention): own lr and no weight decay."""
+    param._optim = {"weight_decay": 0.0} if ssm_lr is None else {"lr": ssm_lr, "weight_decay": 0.0}
+
+
+class SSMConvBlock(nn.Module):
+    """What S4Layer and DLRLayer share: the D skip, the output mix, and conv vs recurrent evaluation.
+
+    Subclasses define `kernel(L) -> (channels, H, L)` and `_scan(u, channel) -> (B, H, L)`, the causal SSM
+    output of one kernel channel computed by the explicit recurrence.
+    """
+
+    def __init__(self, d_model: int, bidirectional: bool, dropout: float):
+        super().__init__()
+        self.d_model = d_model
+        self.bidirectional = bidirectional
+        self.channels = 2 if bidirectional else 1
+        self.D = nn.Parameter(torch.randn(d_model))  # skip connection, y = K * u + D u
+        self.activation = nn.GELU()
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.output_linear = nn.Linear(d_model, 2 * d_model)
+
+    def _output(self, y):
+        """(B, H, L) SSM output -> (B, L, H) block output."""
+        y = self.dropout(self.activation(y.transpose(-1, -2)))  # (B, L, H)
+        return F.glu(self.output_linear(y), dim=-1)  # (B, L, 2H) -> (B, L, H)
+
+    def forward(self, x):
+        """x (B, L, H) -> (B, L, H), the SSM applied as a global convolution."""
+        u = x.transpose(-1, -2)  # (B, H, L)
+        y = ssm.fft_conv(u, self.kernel(u.size(-1)))  # (B, H, L)
+        return self._output(y + self.D[:, None] * u)
+
+    def step_forward(self, x):
+        """Same output as forward, computed by running the recurrence step by step (for tests).
+
+        The reverse direction of a bidirectional layer is the causal recurrence on the flipped input,
+        shifted by one step so that k1[j] multiplies u[t + 1 + j] as in ssm.fft_conv.
+        """
+        u = x.transpose(-1, -2)  # (B, H, L)
+        y = self._scan(u, 0)  # (B, H, L)
+        if self.bidirectional:
+            y_rev = self._scan(u.flip(-1), 1)  # (B, H, L): y_rev[i] = sum_j k1[j] u[L-1-i+j]
+            y = y + F.pad(y_rev[..., :-1], (1, 0)).flip(-1)  # (B, H, L): sum_j k1[j] u[t+1+j]
+        return self._output(y + self.D[:, None] * u)
+
+
+class S4Layer(SSMConvBlock):
+    """S4 (mode="dplr": HiPPO-LegS in NPLR form, bilinear, Eq. 2) or S4D (mode="diag-*": diagonal, ZOH).
+
+    d_state is the full state size N; the parameters hold N/2 conjugate pairs.
+    init="structured" uses the HiPPO / S4D inits; init="random" redraws every kernel parameter (log_dt,
+    A_real, A_imag, B, P, C) and D from N(0, 0.1^2) (Appendix C.1.3). Under the exp parameterizations that
+    gives dt = exp(N(0, .01)) ~ 1 and Re(A) = -exp(N(0, .01)) ~ -1: a stable, fast-decaying kernel.
+    """
+
+    def __init__(self, d_model: int, d_state: int = 64, mode: str = "dplr",
+                 bidirectional: bool = True, init: str = "structured",
+                 dt_min: float = 1e-3, dt_max: float = 1e-1, ssm_lr: float | None = 1e-3,
+                 dropout: float = 0.0, backend: str = "auto"):
+        super().__init__(d_model, bidirectional, dropout)
+        if mode not in S4_MODES:
+            raise UserError(f"unknown S4 mode {mode!r}; choose one of {', '.join(S4_MODES)}")
+        if init not in ("structured", "random"):
+            raise UserError(f"unknown init {init!r}; expected 'structured' or 'random'")
+        if d_state % 2:
+            raise UserError(f"d_state must be even (conjugate pairs), got {d_state}")
+        self.mode, self.backend = mode, ssm.resolve_backend(backend)  # validated at build time
+        H, N2 = d_model, d_state // 2
+
+        if mode == "dplr":
+            A, P, B, _ = ssm.nplr_legs(d_state)  # (N/2,) each
+        else:
+            A, B = ssm.diag_init(mode, d_state)
+        log_dt = torch.log(ssm.log_uniform((H,), dt_min, dt_max))  # (H,)
+        C = torch.randn(self.channels, H, N2, dtype=torch.cfloat)  # (c, H, N/2), as s4
+
+        self.log_dt = nn.Parameter(log_dt.float())
+        self.A_real = nn.Parameter(torch.log(-A.real).float().expand(H, N2).clone())  # (H, N/2)
+        self.A_imag = nn.Parameter((-A.imag).float().expand(H, N2).clone())  # (H, N/2)
+        self.B = nn.Parameter(torch.view_as_real(B.to(torch.cfloat)).expand(H, N2, 2).clone())  # (H, N/2, 2)
+        ssm_params = [self.log_dt, self.A_real, self.A_imag, self.B]
+        if mode == "dplr":
+            self.P = nn.Parameter(torch.view_as_real(P.to(torch.cfloat)).expand(H, N2, 2).clone())  # (H, N/2, 2)
+            ssm_params.append(self.P)
+        self.C = nn.Parameter(torch.view_as_real(C))  # (c, H, N/2, 2)
+
+        if init == "random":
+            with torch.no_grad():
+                for p in ssm_params + [self.C, self.D]:
+                    p.normal_(0.0, RANDOM_INIT_STD)
+        for p in ssm_params:
+            tag_ssm_param(p, ssm_lr)
+
+    def ssm_params(self):
+        """Continuous-time parameters: dt (H,), A (H, N/2), P (H, N/2) or None, B (H, N/2), C (c, H, N/2)."""
+        dt = torch.exp(self.log_dt)
+        A = -torch.exp(self.A_real) - 1j * self.A_imag
+        P = torch.view_as_complex(self.P) if self.mode == "dplr" else None
+        return dt, A, P, torch.view_as_complex(self.B), torch.view_as_complex(self.C)
+
+    def kernel(self, L: int):
+        """(channels, H, L) convolution kernel."""
+        dt, A, P, B, C = self.ssm_params()
+        if self.mode == "dplr":
+            return ssm.dplr_kernel(dt, A, P, B, C, L, backend=self.backend)
+        return ssm.diag_kernel(dt, A, B, C, L, disc="zoh")
+
+    def _scan(self, u, channel: int):
+        """Causal SSM output of kernel channel `channel` by the recurrence x_t = dA x_{t-1} + dB u_t."""
+        dt, A, P, B, C = self.ssm_params()
+        if self.mode == "dplr":
+            # dense conjugate-completed state of size 2N (bilinear, Eq. 2.2-2.3): y_t = Re(c . x_t)
+            dA, dB = ssm.bilinear(dt, ssm.dplr_state_matrix(A, P), ssm.conj_pairs(B))  # (H, 2N, 2N), (H, 2N)
+            c = ssm.conj_pairs(C[channel])  # (H, 2N)
+        else:
+            # one member per pair; its conjugate adds the conjugate output, so y_t = Re(2c . x_t)
+            dA, dB = ssm.discretize_diag(dt, A, B, "zoh")  # (H, N/2)
+            dA, c = torch.diag_embed(dA), 2 * C[channel]  # (H, N/2, N/2), (H, N/2)
+        x = torch.zeros(u.size(0), *dB.shape, dtype=dB.dtype, device=u.device)  # (B, H, n)
+        ys = []
+        for t in range(u.size(-1)):
+            x = torch.einsum("hmn,bhn->bhm", dA, x) + dB * u[:, :, t, None]  # (B, H, n)
+            ys.append(torch.einsum("hn,bhn->bh", c, x).real)  # (B, H)
+        return torch.stack(ys, dim=-1)  # (B, H, L)
+
+    @classmethod
+    def from_reference_state_dict(cls, state_dict, mode: str | None = None, **kwargs) -> "S4Layer":
+        """Build an S4Layer from a state-spaces/s4 (v4, standalone s4.py) FFTConv / S4Block state dict.
+
+        Accepts the kernel-level keys (`D`, `kernel.*`) or the block-level ones (`layer.D`,
+        `layer.kernel.*`, `output_linear.0.*`). Mapping (s4 -> here):
+            kernel.inv_dt (H, 1)          -> log_dt (H,)       (s4 dt_transform='exp': dt = exp(inv_dt))
+            kernel.A_real, kernel.A_imag  -> A_real, A_imag    (same -exp(.) - i(.) convention)
+            kernel.B, kernel.P (1, H, N/2, 2) -> B, P (H, N/2, 2)
+            kernel.C (c, H, N/2, 2)       -> C                 (DPLR: s4 stores C~ = C (I - dA^l_kernel);
+                                                                 here C = C~ (I - dA^l_kernel)^{-1})
+            D (1, H)                      -> D (H,)
+            output_linear.0.{weight,bias} -> output_linear.{weight,bias}
+        mode defaults to "dplr" when P is present, else "diag-lin" (any diagonal mode: the init is
+        overwritten). Keys absent from the reference (e.g. the output linear) keep their fresh init.
+        """
+        prefix = "layer." if "layer.D" in state_dict else ""
+        sd = {k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(prefix)}
+        C = torch.view_as_complex(sd["kernel.C"].contiguous())  # (c, H, N/2)
+        channels, H, N2 = C.shape
+        if mode is None:
+            mode = "dplr" if "kernel.P" in sd else "diag-lin"
+        layer = cls(H, 2 * N2, mode=mode, bidirectional=channels == 2, **kwargs)
+
+        new = {
+            "log_dt": sd["kernel.inv_dt"][:, 0],
+            "A_real": sd["kernel.A_real"],
+            "A_imag": sd["kernel.A_imag"],
+            "B": sd["kernel.B"][0],
+            "D": sd["D"][0],
+        }
+        if mode == "dplr":
+            new["P"] = sd["kernel.P"][0]
+            l_kernel = int(sd["kernel.l_kernel"])
+            if l_kernel > 0:
+                C = _ctilde_to_c(new, C, l_kernel)
+        new["C"] = torch.view_as_real(C.to(torch.cfloat))
+        for name in ("weight", "bias"):
+            if f"output_linear.0.{name}" in state_dict:
+                new[f"output_linear.{name}"] = state_dict[f"output_linear.0.{name}"]
+        layer.load_state_dict(new, strict=False)
+        return layer
+
+
+def _ctilde_to_c(params, C_tilde, L: int):
+    """Invert s4's C~ = C (I - dA^L) in float64: C = C~ (I - dA^L)^{-1}. C_tilde (c, H, N/2) -> (c, H, N/2)."""
+    dt = torch.exp(params["log_dt"].double())
+    A = -torch.exp(params["A_real"].double()) - 1j * params["A_imag"].double()
+    P = torch.view_as_complex(params["P"].double().contiguous())
+    B = torch.view_as_complex(params["B"].double().contiguous())
+    dA, _ = ssm.bilinear(dt, ssm.dplr_state_matrix(A, P), ssm.conj_pairs(B))  # (H, 2N, 2N)
+    M = torch.eye(dA.size(-1), dtype=dA.dtype) - torch.linalg.matrix_power(dA, L)  # (H, 2N, 2N)
+    c = ssm.conj_pairs(C_tilde.to(torch.complex128))  # (c, H, 2N)
+    C = torch.linalg.solve(M.transpose(-1, -2), c.unsqueeze(-1)).squeeze(-1)  # c = C M  <=>  M^T C^T = c^T
+    return C[..., : C_tilde.size(-1)]

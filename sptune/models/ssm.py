@@ -1,0 +1,300 @@
+"""State space convolution kernels and their initializations (pure functions, no module state).
+
+A linear SSM (paper §3.3, Eq. 1) x_n = A x_{n-1} + B u_n, y_n = C x_n is a convolution y = K * u with
+K_l = C A^l B. This file computes K for the three parameterizations compared in §3.3:
+
+- diag_kernel: diagonal A (S4D), discretized by ZOH or bilinear (Eq. 2.2-2.3 with P = 0).
+- dplr_kernel: diagonal plus low rank A - P P^* (S4, Eq. 2.1-2.4), via the Cauchy kernel + Woodbury
+  identity evaluated on the roots of unity (Gu et al. 2022, "Efficiently modeling long sequences with
+  structured state spaces", Alg. 1).
+- dlr_kernel: the diagonal linear RNN of Gupta et al. 2022b (Eq. 3), x_n = Lambda x_{n-1} + 1 u_n.
+
+Conventions (those of state-spaces/s4): complex parameters of S4/S4D hold one member of each conjugate
+pair, so (H, N) complex tensors describe a real system with state size 2N. Shapes use
+c = output channels (2 for bidirectional), H = model width, N = state size (pairs), L = length.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from functools import lru_cache
+
+import torch
+import torch.nn.functional as F
+
+from sptune.errors import UserError
+
+log = logging.getLogger(__name__)
+
+try:  # pykeops evaluates the Cauchy sum without materializing the (H, 2N, L) matrix
+    from pykeops.torch import Genred
+
+    HAS_KEOPS = True
+except ImportError:
+    HAS_KEOPS = False
+
+_logged_backends: set[str] = set()
+
+
+def conj_pairs(x):
+    """(..., N) -> (..., 2N): complete one member of each conjugate pair with its conjugate."""
+    return torch.cat([x, x.conj()], dim=-1)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Initializations (S4: Gu et al. 2022a; S4D: Gu et al. 2022b "On the parameterization and initialization
+# of diagonal state space models"). All return one member of each conjugate pair, with Im(A) <= 0.
+
+
+def hippo_legs(N: int):
+    """Dense HiPPO-LegS matrices (float64): A (N, N), B (N,).
+
+    A_nk = -sqrt(2n+1) sqrt(2k+1) if n > k, -(n+1) if n = k, 0 if n < k;  B_n = sqrt(2n+1).
+    """
+    q = torch.arange(N, dtype=torch.float64)
+    r = torch.sqrt(2 * q + 1)
+    A = -torch.tril(r[:, None] * r[None, :], diagonal=-1) - torch.diag(q + 1)  # (N, N)
+    return A, r.clone()
+
+
+def nplr_legs(N: int, B_clip: float | None = 2.0):
+    """Normal plus low-rank form of HiPPO-LegS (S4 §3.1): A_legs = V (Lambda - P P^*) V^*.
+
+    A_legs + p p^T (p_n = sqrt(n + 1/2)) is -1/2 I plus a skew-symmetric matrix, so it is unitarily
+    diagonalizable; like S4 we get the imaginary parts from `eigh` of the Hermitian matrix -i * skew and keep
+    the half with negative imaginary part (the other half are their conjugates).
+    B_clip clips Im(V^* B) to [-B_clip, B_clip] as S4 does ("can help with stability"); None keeps the exact
+    unitary equivalence.
+
+    Returns complex128: A (N/2,), P (N/2,), B (N/2,), V (N, N/2).
+    """
+    assert N % 2 == 0, "state size must be even (conjugate pairs)"
+    A_legs, B_legs = hippo_legs(N)
+    p = torch.sqrt(torch.arange(N, dtype=torch.float64) + 0.5)  # (N,)
+    normal = A_legs + p[:, None] * p[None, :]  # (N, N) = -1/2 I + skew
+    re = torch.diagonal(normal).mean()  # -1/2
+    skew = normal - re * torch.eye(N, dtype=torch.float64)
+    im, V = torch.linalg.eigh(-1j * skew.to(torch.complex128))  # skew V = i V diag(im); im ascending
+    V = V[:, : N // 2]  # (N, N/2) eigenvectors with Im(lambda) < 0
+    A = re + 1j * im[: N // 2]  # (N/2,)
+    B = V.conj().T @ B_legs.to(V)  # (N/2,) V^* B
+    P = V.conj().T @ p.to(V)  # (N/2,) V^* p
+    if B_clip is not None:
+        B = B.real + 1j * B.imag.clamp(-B_clip, B_clip)
+    return A, P, B, V
+
+
+def diag_init(kind: str, N: int):
+    """Diagonal (A, B) inits of S4D, one member of each conjugate pair: A (N/2,), B (N/2,) complex128.
+
+    diag-lin:  A_n = -1/2 - i pi n                       (S4D-Lin; conjugate of -1/2 + i pi n, same kernel)
+    diag-inv:  A_n = -1/2 - i N/pi (N/(2n+1) - 1)        (S4D-Inv)
+    diag-legs: diagonal part Lambda of the NPLR LegS form, B = V^* B_legs  (S4D-LegS)
+    """
+    n = torch.arange(N // 2, dtype=torch.float64)
+    if kind == "diag-legs":
+        A, _, B, _ = nplr_legs(N)
+        return A, B
+    if kind == "diag-lin":
+        imag = math.pi * n
+    elif kind == "diag-inv":
+        imag = N / math.pi * (N / (2 * n + 1) - 1)
+    else:
+        raise UserError(f"unknown diagonal init {kind!r}; expected diag-lin, diag-inv or diag-legs")
+    A = -0.5 - 1j * imag
+    B = torch.ones(N // 2, dtype=torch.complex128)
+    return A, B
+
+
+def log_uniform(shape, lo: float, hi: float):
+    """Samples exp(U[log lo, log hi]): the S4 / DLR timescale init (dt in [dt_min, dt_max])."""
+    return torch.exp(torch.rand(shape, dtype=torch.float64) * (math.log(hi) - math.log(lo)) + math.log(lo))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Discretization
+
+
+def discretize_diag(dt, A, B, disc: str = "zoh"):
+    """Discretize a diagonal continuous SSM with step dt: dt (H,), A (H, N), B (H, N) -> dA, dB (H, N).
+
+    zoh:      dA = exp(dt A),                     dB = (exp(dt A) - 1) / A * B
+    bilinear: dA = (1 + dt A/2) / (1 - dt A/2),   dB = dt B / (1 - dt A/2)     (Eq. 2.2-2.3)
+    """
+    dtA = dt[:, None] * A  # (H, N)
+    if disc == "zoh":
+        dA = torch.exp(dtA)
+        return dA, (dA - 1) / A * B
+    if disc == "bilinear":
+        return (1 + dtA / 2) / (1 - dtA / 2), dt[:, None] * B / (1 - dtA / 2)
+    raise UserError(f"unknown discretization {disc!r}; expected 'zoh' or 'bilinear'")
+
+
+def dplr_state_matrix(A, P):
+    """Dense conjugate-completed DPLR matrix diag(A, conj A) - p p^H with p = [P, conj P].
+
+    A, P (H, N) -> (H, 2N, 2N). Eq. 2.1 with Q = P (S4's NPLR form of HiPPO).
+    """
+    p = conj_pairs(P)  # (H, 2N)
+    return torch.diag_embed(conj_pairs(A)) - p[:, :, None] * p.conj()[:, None, :]
+
+
+def bilinear(dt, A, B):
+    """Bilinear (Tustin) discretization of dense systems (Eq. 2.2-2.3).
+
+    dt (H,), A (H, M, M), B (H, M) -> dA = (I - dt/2 A)^{-1}(I + dt/2 A) (H, M, M), dB = (I - dt/2 A)^{-1} dt B (H, M).
+    """
+    I = torch.eye(A.size(-1), dtype=A.dtype, device=A.device)
+    half = (dt / 2)[:, None, None] * A  # (H, M, M)
+    dA = torch.linalg.solve(I - half, I + half)
+    dB = torch.linalg.solve(I - half, (dt[:, None] * B).unsqueeze(-1)).squeeze(-1)
+    return dA, dB
+
+
+# ----------------------------------------------------------------------------------------------------
+# Kernels
+
+
+def vandermonde(v, log_x, L: int):
+    """sum_n v[..., n] exp(log_x[..., n] * l) for l < L, i.e. v . x^l without ever forming a power.
+
+    v (..., H, N), log_x (H, N) -> (..., H, L) complex.
+    """
+    l = torch.arange(L, device=v.device, dtype=v.real.dtype)
+    powers = torch.exp(log_x.unsqueeze(-1) * l)  # (H, N, L)
+    return torch.einsum("...hn,hnl->...hl", v, powers)
+
+
+def diag_kernel(dt, A, B, C, L: int, disc: str = "zoh"):
+    """S4D kernel K[c, h, l] = 2 Re(sum_n C[c,h,n] dB[h,n] dA[h,n]^l)  (Eq. 2.4 with diagonal A).
+
+    dt (H,) real, A, B (H, N) complex, C (c, H, N) complex -> K (c, H, L) real.
+    The factor 2 Re accounts for the conjugate member of each pair. dA^l = exp(l log dA): for ZOH
+    log dA = dt A exactly; for bilinear any branch of the log gives the same integer powers.
+    """
+    dA, dB = discretize_diag(dt, A, B, disc)  # (H, N)
+    log_dA = dt[:, None] * A if disc == "zoh" else torch.log(dA)
+    return 2 * vandermonde(C * dB, log_dA, L).real  # (c, H, L)
+
+
+def dlr_kernel(log_lambda, W, L: int):
+    """DLR kernel (Eq. 3 unrolled): K[c, h, l] = Re(sum_n W[c,h,n] Lambda_n^l), Lambda_n = exp(log_lambda_n).
+
+    log_lambda (N,) complex, W (c, H, N) complex -> K (c, H, L) real. Lambda is shared across H (as in
+    ag1988/dlr), so the kernel is one complex matmul (c H, N) @ (N, L).
+    """
+    l = torch.arange(L, device=W.device, dtype=W.real.dtype)
+    powers = torch.exp(log_lambda.unsqueeze(-1) * l)  # (N, L)
+    return (W @ powers).real  # (c, H, L)
+
+
+def resolve_backend(backend: str) -> str:
+    """'auto' | 'keops' | 'torch' -> the Cauchy backend used ('keops' when pykeops imports), logged once."""
+    if backend == "auto":
+        backend = "keops" if HAS_KEOPS else "torch"
+    elif backend == "keops" and not HAS_KEOPS:
+        raise UserError("backend='keops' requested but pykeops is not installed; use 'auto' or 'torch'")
+    elif backend not in ("keops", "torch"):
+        raise UserError(f"unknown Cauchy backend {backend!r}; expected 'auto', 'keops' or 'torch'")
+    if backend not in _logged_backends:
+        _logged_backends.add(backend)
+        log.info("S4 Cauchy kernel backend: %s%s", backend, "" if HAS_KEOPS else " (pykeops not installed)")
+    return backend
+
+
+def _cauchy_torch(v, a, b, w):
+    """sum_n v_n / (a - b w_n) + conj(v_n) / (a - b conj(w_n)), materializing the (H, 2N, L) matrix.
+
+    v (..., H, N), a, b (L,), w (H, N) -> (..., H, L).
+    """
+    r = 1 / (a - b * conj_pairs(w).unsqueeze(-1))  # (H, 2N, L)
+    return torch.einsum("...hn,hnl->...hl", conj_pairs(v), r)
+
+
+@lru_cache(maxsize=None)
+def _keops_cauchy_op():
+    # complex numbers are (re, im) pairs; i indexes frequencies, j indexes the state
+    formula = (
+        "ComplexDivide(v, a - ComplexMult(b, w))"
+        " + ComplexDivide(Conj(v), a - ComplexMult(b, Conj(w)))"
+    )
+    aliases = ["v = Vj(2)", "w = Vj(2)", "a = Vi(2)", "b = Vi(2)"]
+    return Genred(formula, aliases, reduction_op="Sum", axis=1)
+
+
+def _cauchy_keops(v, a, b, w):
+    """Same sum as _cauchy_torch, reduced on the fly by pykeops (memory O(H L) instead of O(H N L))."""
+    batch = v.shape[:-1]  # (..., H)
+    v = torch.view_as_real(v.contiguous())  # (..., H, N, 2)
+    w = torch.view_as_real(w.contiguous()).expand(*batch, -1, 2).contiguous()  # (..., H, N, 2)
+    a = torch.view_as_real(a.contiguous()).expand(*batch, -1, 2).contiguous()  # (..., H, L, 2)
+    b = torch.view_as_real(b.contiguous()).expand(*batch, -1, 2).contiguous()  # (..., H, L, 2)
+    r = _keops_cauchy_op()(v, w, a, b)  # (..., H, L, 2)
+    return torch.view_as_complex(r.contiguous())  # (..., H, L)
+
+
+def dplr_kernel_from_ctilde(dt, A, P, B, C_tilde, L: int, backend: str = "auto"):
+    """S4 Alg. 1: the DPLR kernel from C~ = C (I - dA^L): O(N L) Cauchy sums + one FFT, no matrix powers.
+
+    The truncated generating function of K evaluated at the L-th roots of unity w_k = exp(-2 pi i k / L)
+    is K^(w) = C~ (I - w dA)^{-1} dB (S4 Lemma C.2). With the bilinear dA, dB (Eq. 2.2-2.3):
+        (I - w dA)^{-1} dB = M^{-1} dt B,  M = a I - b dt (Lambda - p p^*),  a = 1 - w,  b = (1 + w)/2.
+    Woodbury with R = (a I - b dt Lambda)^{-1} (diagonal, so every term is a Cauchy sum):
+        K^(w) = dt [k00 - b dt k01 k10 / (1 + b dt k11)],
+        k00 = C~ R B,  k01 = C~ R p,  k10 = p^* R B,  k11 = p^* R p.
+    S4 writes the same thing as 2/(1+w) times a Cauchy sum at z = 2(1-w)/(1+w); keeping (a, b) separate
+    avoids the 0 * inf at the Nyquist node w = -1. K is the inverse real FFT of K^.
+
+    dt (H,), A, P, B (H, N), C_tilde (c, H, N) complex -> K (c, H, L) real.
+    """
+    backend = resolve_backend(backend)
+    k = torch.arange(L // 2 + 1, device=A.device, dtype=torch.float64)
+    omega = torch.polar(torch.ones_like(k), -2 * math.pi * k / L).to(A.dtype)  # (L//2+1,) roots of unity
+    a, b = 1 - omega, (1 + omega) / 2
+    left = torch.cat([C_tilde, P.conj().unsqueeze(0)], dim=0)  # (c+1, H, N): rows C~ and p^*
+    right = torch.stack([B, P], dim=0)  # (2, H, N): columns B and p
+    v = left.unsqueeze(1) * right.unsqueeze(0)  # (c+1, 2, H, N)
+    w = dt[:, None] * A  # (H, N)
+    cauchy = _cauchy_keops if backend == "keops" else _cauchy_torch
+    r = cauchy(v, a, b, w)  # (c+1, 2, H, L//2+1)
+    k00, k01 = r[:-1, 0], r[:-1, 1]  # (c, H, L//2+1)
+    k10, k11 = r[-1, 0], r[-1, 1]  # (H, L//2+1)
+    bdt = b * dt[:, None]  # (H, L//2+1)
+    k_f = dt[:, None] * (k00 - bdt * k01 * k10 / (1 + bdt * k11))  # (c, H, L//2+1)
+    return torch.fft.irfft(k_f, n=L)  # (c, H, L)
+
+
+def dplr_kernel(dt, A, P, B, C, L: int, backend: str = "auto"):
+    """S4 (NPLR / DPLR) kernel K[c, h, l] = c . dA^l . dB (Eq. 2.4), dA, dB the bilinear discretization of
+    A_full = diag(A, conj A) - p p^H, p = [P, conj P], b = [B, conj B], c = [C, conj C].
+
+    C is the true output vector. S4 stores C~ = C (I - dA^L) instead; here C~ is recomputed on every call
+    from dA^L (repeated squaring of the dense (H, 2N, 2N) dA: log2(L) batched matmuls), so the kernel is
+    defined for any L and gradients flow to C, A, P, B and dt through it.
+
+    dt (H,) real, A, P, B (H, N) complex, C (c, H, N) complex -> K (c, H, L) real.
+    """
+    N = A.size(-1)
+    dA, _ = bilinear(dt, dplr_state_matrix(A, P), conj_pairs(B))  # (H, 2N, 2N)
+    dA_L = torch.linalg.matrix_power(dA, L)  # (H, 2N, 2N)
+    c = conj_pairs(C)  # (c, H, 2N)
+    c_tilde = c - torch.einsum("chm,hmn->chn", c, dA_L)  # C (I - dA^L), still conjugate-symmetric
+    return dplr_kernel_from_ctilde(dt, A, P, B, c_tilde[..., :N], L, backend)
+
+
+def fft_conv(u, k):
+    """Convolve u (B, H, L) with kernel k (c, H, L): c = 1 causal, c = 2 bidirectional -> (B, H, L).
+
+    Linear (not circular) convolution via FFT of length 2L. Bidirectional exactly as S4: the second
+    kernel is flipped to the end of a length-2L circular kernel, pad(k0, (0, L)) + pad(flip(k1), (L, 0)),
+    so k1[j] multiplies u[t + 1 + j] (S4's deliberate one-step offset in the reverse direction).
+    """
+    L = u.size(-1)
+    if k.size(0) == 2:
+        k = F.pad(k[0], (0, L)) + F.pad(k[1].flip(-1), (L, 0))  # (H, 2L)
+    else:
+        k = k[0]  # (H, L)
+    k_f = torch.fft.rfft(k, n=2 * L)  # (H, L+1)
+    u_f = torch.fft.rfft(u, n=2 * L)  # (B, H, L+1)
+    return torch.fft.irfft(u_f * k_f, n=2 * L)[..., :L]  # (B, H, L)

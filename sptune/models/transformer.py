@@ -1,0 +1,223 @@
+"""Transformer sequence mixing: positional encodings and multi-head self-attention.
+
+The paper's Transformers use "full attention as default with the hardware-optimized FLASH
+implementation (Dao et al., 2022)", and "for tasks with sequence length at least 16K we split
+the input to the attention layer into non-overlapping blocks of size 4096 and allow each block
+to attend to itself and its neighbour(s)" (§2; 4000 for Speech Commands, §4). SelfAttention
+does both; positions come from a learned or sinusoidal table added to the input, or from rotary
+embeddings applied to queries and keys (Su et al., 2021, RoFormer).
+
+SelfAttention is only the sequence-mixing layer: the backbone owns norms and residuals.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from sptune.errors import UserError
+
+try:
+    from flash_attn import flash_attn_func
+except ImportError:  # optional: SDPA computes the same attention, only slower on long inputs
+    flash_attn_func = None
+
+logger = logging.getLogger(__name__)  # "sptune.models.transformer"
+
+POSITIONAL_KINDS = ("learned", "sinusoidal", "rotary", "none")
+ATTENTION_KINDS = ("full", "block")
+BACKENDS = ("auto", "flash", "sdpa")
+
+_logged: set[str] = set()  # messages already logged: every layer of every model shares them
+
+
+def _log_once(level: int, message: str) -> None:
+    if message not in _logged:
+        _logged.add(message)
+        logger.log(level, message)
+
+
+# -----------------------------------------------------------------------------
+# positions
+
+
+def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
+    """(max_len, d_model) sine/cosine positions of Vaswani et al. (2017): sin on even, cos on odd dims."""
+    pos = torch.arange(max_len, dtype=torch.float32)[:, None]  # (L, 1)
+    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    angles = pos * inv_freq  # (L, ceil(D/2))
+    table = torch.zeros(max_len, d_model)
+    table[:, 0::2] = torch.sin(angles)
+    table[:, 1::2] = torch.cos(angles[:, : d_model // 2])  # odd D: one fewer cosine than sine
+    return table
+
+
+class PositionalEncoding(nn.Module):
+    """Absolute positions added to the input embeddings; identity for "rotary" (applied inside
+    attention) and "none"."""
+
+    def __init__(self, kind: str, max_len: int, d_model: int):
+        super().__init__()
+        if kind not in POSITIONAL_KINDS:
+            raise UserError(f"unknown positional encoding {kind!r}; choose one of {', '.join(POSITIONAL_KINDS)}")
+        self.kind = kind
+        self.max_len = max_len
+        if kind == "learned":
+            self.pos = nn.Parameter(torch.randn(max_len, d_model) * 0.02)  # (max_len, D), GPT-2 style init
+        elif kind == "sinusoidal":
+            # recomputed on construction, so not saved in checkpoints
+            self.register_buffer("pos", sinusoidal_table(max_len, d_model), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kind in ("rotary", "none"):
+            return x
+        L = x.shape[1]
+        if L > self.max_len:
+            raise UserError(f"sequence length {L} exceeds the positional table ({self.max_len}); raise max_len")
+        return x + self.pos[:L].to(x.dtype)  # (B, L, D) + (L, D)
+
+
+class RotaryEmbedding(nn.Module):
+    """RoFormer (Su et al., 2021): rotate each pair of query/key dims by an angle proportional to the
+    position, so q_m . k_n depends on m - n only. Pairs are (i, i + head_dim/2), the rotate-half
+    layout of GPT-NeoX, a permutation of the paper's adjacent pairs with the same scores."""
+
+    def __init__(self, head_dim: int, base: float = 10000.0):
+        super().__init__()
+        if head_dim % 2:
+            raise UserError(f"rotary positions need an even head dimension, got {head_dim}; change d_model or n_heads")
+        inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)  # (hd/2,)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        L = q.shape[-2]
+        pos = torch.arange(L, device=q.device, dtype=torch.float32)
+        angles = pos[:, None] * self.inv_freq  # (L, hd/2)
+        cos, sin = angles.cos(), angles.sin()
+        return self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+
+    @staticmethod
+    def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x1, x2 = x.float().chunk(2, dim=-1)  # (B, H, L, hd/2) each; fp32 so long positions keep precision
+        out = torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)  # (B, H, L, hd)
+        return out.to(x.dtype)
+
+
+# -----------------------------------------------------------------------------
+# attention
+
+
+def attend(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, dropout_p: float, flash: bool
+) -> torch.Tensor:
+    """softmax(q k^T / sqrt(hd)) v through flash-attn or SDPA.
+
+    q: (B, H, Lq, hd), k, v: (B, H, Lk, hd) with Lq <= Lk -> (B, H, Lq, hd). `causal` aligns the
+    last query with the last key (bottom-right), so a query block can see earlier key blocks.
+    """
+    if flash:  # flash-attn >= 2.1 aligns causal masks bottom-right
+        y = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), dropout_p=dropout_p, causal=causal)
+        return y.transpose(1, 2)  # (B, Lq, H, hd) -> (B, H, Lq, hd)
+    Lq, Lk = q.shape[-2], k.shape[-2]
+    if causal and Lq != Lk:
+        # is_causal would align top-left; an explicit (Lq, Lk) mask is at most (w, 2w) for a block
+        mask = torch.ones(Lq, Lk, dtype=torch.bool, device=q.device).tril(diagonal=Lk - Lq)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+    return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal)
+
+
+def block_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    block_size: int,
+    causal: bool,
+    dropout_p: float = 0.0,
+    flash: bool = False,
+) -> torch.Tensor:
+    """Block-local attention of §2: the input is split into non-overlapping blocks of `block_size`
+    and each block attends to itself and its neighbour(s): blocks i-1, i, i+1, or i-1, i when
+    causal. The keys of a block are one contiguous slice, so each block is one attention call on
+    at most (w, 3w) scores: memory grows linearly in L and no L x L tensor is ever built. A short
+    last block needs no padding, and a single block (L <= w) is full attention.
+
+    q, k, v: (B, H, L, hd) -> (B, H, L, hd)
+    """
+    L = q.shape[-2]
+    w = block_size
+    out = []
+    for start in range(0, L, w):
+        stop = min(start + w, L)
+        k_start = max(0, start - w)  # left neighbour
+        k_stop = stop if causal else min(L, stop + w)  # right neighbour only when bidirectional
+        ks, vs = k[:, :, k_start:k_stop], v[:, :, k_start:k_stop]  # (B, H, <=3w, hd)
+        out.append(attend(q[:, :, start:stop], ks, vs, causal, dropout_p, flash))  # (B, H, <=w, hd)
+    return torch.cat(out, dim=2)  # (B, H, L, hd)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention: full (flash-attn when possible, else SDPA) or block-local."""
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        causal: bool = False,
+        rotary: bool = False,
+        attention: str = "full",
+        block_size: int = 4096,
+        dropout: float = 0.0,
+        backend: str = "auto",
+    ):
+        super().__init__()
+        if d_model % n_heads:
+            raise UserError(f"d_model {d_model} is not divisible by n_heads {n_heads}")
+        if attention not in ATTENTION_KINDS:
+            raise UserError(f"unknown attention {attention!r}; choose one of {', '.join(ATTENTION_KINDS)}")
+        if backend not in BACKENDS:
+            raise UserError(f"unknown attention backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        if block_size < 1:
+            raise UserError(f"block_size must be positive, got {block_size}")
+        self.n_heads = n_heads
+        self.head_dim = d_model // n_heads
+        self.causal = causal
+        self.attention = attention
+        self.block_size = block_size
+        self.dropout = dropout  # on the attention weights; the backbone drops the residual branch
+        self.backend = backend
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.rotary = RotaryEmbedding(self.head_dim) if rotary else None
+
+    def _use_flash(self, q: torch.Tensor) -> bool:
+        """flash-attn needs the package, a CUDA tensor and half precision; otherwise use SDPA."""
+        if self.backend == "sdpa":
+            _log_once(logging.INFO, "attention backend: sdpa (requested)")
+            return False
+        if flash_attn_func is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
+            _log_once(logging.INFO, "attention backend: flash-attn")
+            return True
+        why = "flash-attn not installed" if flash_attn_func is None else f"input is {q.device.type} {q.dtype}"
+        if self.backend == "flash":  # asked for explicitly: say loudly that it is not used
+            _log_once(logging.WARNING, f"attention backend: sdpa, not the requested flash-attn ({why})")
+        else:
+            _log_once(logging.INFO, f"attention backend: sdpa ({why}; flash-attn needs CUDA fp16/bf16)")
+        return False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, L, D = x.shape
+        q, k, v = self.qkv(x).view(B, L, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # 3 x (B, H, L, hd)
+        if self.rotary is not None:
+            q, k = self.rotary(q, k)  # absolute positions 0..L-1, before any blocking
+        dropout_p = self.dropout if self.training else 0.0
+        flash = self._use_flash(q)  # q, not x: under autocast the projections already run in half precision
+        if self.attention == "block":
+            y = block_attention(q, k, v, self.block_size, self.causal, dropout_p, flash)  # (B, H, L, hd)
+        else:
+            y = attend(q, k, v, self.causal, dropout_p, flash)  # (B, H, L, hd)
+        y = y.transpose(1, 2).reshape(B, L, D)  # (B, L, D)
+        return self.proj(y)

@@ -1,0 +1,88 @@
+"""Self-pretraining objectives (paper §2): masked and causal denoising, their losses and metrics.
+
+Masked: every valid position is masked i.i.d. with the task's ratio; tokens become <mask>, continuous
+values become 0 and an indicator channel marks them; the loss (CE or L1) counts masked positions only.
+Causal: position t predicts the input at t + 1 with a causal model (no masking).
+
+Finetuning metrics (accuracy, R²) live here too, as streaming accumulators over an eval pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from sptune.tasks.base import MASK_ID
+
+
+@dataclass
+class Denoising:
+    inputs: torch.Tensor  # what the model sees: (B, L) ids or (B, L, C[+1]) values
+    targets: torch.Tensor  # what it must predict at each position: (B, L) ids or (B, L, C) values
+    loss_mask: torch.Tensor  # (B, L) bool: positions that count in the loss and the metric
+
+
+def valid_positions(lengths: torch.Tensor, L: int) -> torch.Tensor:
+    return torch.arange(L, device=lengths.device)[None, :] < lengths[:, None]  # (B, L)
+
+
+def masked_denoising(x: torch.Tensor, lengths: torch.Tensor, ratio: float, generator: torch.Generator) -> Denoising:
+    B, L = x.shape[:2]
+    draw = torch.rand(B, L, generator=generator, device="cpu").to(x.device)  # (B, L)
+    mask = (draw < ratio) & valid_positions(lengths, L)  # (B, L)
+    if x.dtype == torch.long:
+        inputs = x.masked_fill(mask, MASK_ID)  # (B, L)
+    else:
+        kept = x.masked_fill(mask[..., None], 0.0)  # (B, L, C)
+        inputs = torch.cat([kept, mask[..., None].to(x.dtype)], dim=-1)  # (B, L, C + 1)
+    return Denoising(inputs, x, mask)
+
+
+def causal_denoising(x: torch.Tensor, lengths: torch.Tensor) -> Denoising:
+    B, L = x.shape[:2]
+    targets = torch.roll(x, shifts=-1, dims=1)  # position t predicts x[t + 1]
+    loss_mask = valid_positions(lengths - 1, L)  # (B, L): the last valid position has no successor
+    return Denoising(x, targets, loss_mask)
+
+
+def denoising_loss(pred: torch.Tensor, d: Denoising, loss: str) -> torch.Tensor:
+    """Mean CE (pred (B, L, V)) or L1 (pred (B, L, C)) over the loss positions only."""
+    sel = d.loss_mask
+    if not sel.any():
+        return pred.sum() * 0.0  # keeps the graph; a batch with nothing masked teaches nothing
+    if loss == "ce":
+        return F.cross_entropy(pred[sel], d.targets[sel])
+    return F.l1_loss(pred[sel], d.targets[sel].to(pred.dtype))
+
+
+class Metric:
+    """Streaming accuracy or R² (1 - SS_res / SS_tot) over an evaluation pass."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self.n = 0.0
+        self.correct = 0.0
+        self.sum_y = 0.0
+        self.sum_y2 = 0.0
+        self.sse = 0.0
+
+    def update(self, pred: torch.Tensor, target: torch.Tensor) -> None:
+        if self.kind == "accuracy":
+            self.correct += (pred.argmax(-1) == target).sum().item()
+            self.n += target.shape[0]
+            return
+        pred, target = pred.double().reshape(-1), target.double().reshape(-1)
+        self.sse += ((pred - target) ** 2).sum().item()
+        self.sum_y += target.sum().item()
+        self.sum_y2 += (target**2).sum().item()
+        self.n += target.numel()
+
+    def value(self) -> float:
+        if self.n == 0:
+            return float("nan")
+        if self.kind == "accuracy":
+            return self.correct / self.n
+        ss_tot = self.sum_y2 - self.sum_y**2 / self.n
+        return 1.0 - self.sse / ss_tot if ss_tot > 0 else float("nan")

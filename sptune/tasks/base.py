@@ -1,0 +1,98 @@
+"""What a task declares, and the tensors every task loader returns.
+
+A task is data plus the paper's per-task settings (§2, Appendix C): sequence length, input kind,
+output (classes or regression), metric, masking ratio and pretraining loss. Loaders return plain
+tensors so models never import tasks.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+# Token ids shared by every token task: 0 pads, 1 is the <mask> of masked denoising (§2).
+PAD_ID = 0
+MASK_ID = 1
+UNK_ID = 2
+SPECIAL_TOKENS = ("<pad>", "<mask>", "<unk>")
+
+
+@dataclass
+class Split:
+    """One split of a task, all in memory (or memory-mapped).
+
+    inputs:  tokens (N, L) int64, padded with PAD_ID; continuous (N, L, C) float32;
+             paired documents (retrieval) (N, 2, L) int64.
+    targets: (N,) int64 class ids, or (N,) float32 regression targets.
+    lengths: (N,) int64 valid length of each sequence ((N, 2) for paired inputs).
+    """
+
+    inputs: torch.Tensor
+    targets: torch.Tensor
+    lengths: torch.Tensor
+
+    def __len__(self) -> int:
+        return self.targets.shape[0]
+
+    def subset(self, index: torch.Tensor) -> "Split":
+        return Split(self.inputs[index], self.targets[index], self.lengths[index])
+
+
+Loader = Callable[["Task", Path, int], dict[str, Split]]
+# verify(task, data_dir) -> list of problems, each naming the missing/malformed path and the fix ([] = ok)
+Verifier = Callable[["Task", Path], list[str]]
+# prepare(task, source, data_dir) -> None: unpack / convert `source` (a path or archive) into data_dir
+Preparer = Callable[["Task", Path, Path], None]
+
+
+@dataclass(frozen=True)
+class Task:
+    """A registered task. `load(data_dir, seed)` returns {"train", "val", "test"} splits."""
+
+    name: str
+    seq_len: int
+    input_kind: str  # "tokens" | "continuous"
+    num_classes: int  # 0 = regression
+    metric: str  # "accuracy" | "r2"
+    mask_ratio: float  # default masking ratio of masked SPT (paper §2, Appendix C.3)
+    pretrain_loss: str  # "ce" for tokens, "l1" for pixels and signals
+    loader: Loader
+    vocab_size: int = 0  # tokens: vocabulary incl. SPECIAL_TOKENS
+    channels: int = 0  # continuous: input channels
+    paired: bool = False  # two documents per example (Retrieval)
+    data_subdir: str = ""  # where the data lives below the data root; "" = generated into the cache
+    data_hint: str = ""  # how to get the data, shown when it is missing
+    description: str = ""
+    extras: dict = field(default_factory=dict)  # task-specific loader settings
+    verifier: Verifier | None = None
+    preparer: Preparer | None = None
+
+    @property
+    def is_regression(self) -> bool:
+        return self.num_classes == 0
+
+    @property
+    def embedded(self) -> bool:
+        """Generated locally (no download ever)."""
+        return self.data_subdir == ""
+
+    def data_dir(self, root: str | os.PathLike | None = None) -> Path:
+        base = Path(root) if root else data_root()
+        return base / self.data_subdir if self.data_subdir else cache_root() / self.name
+
+    def load(self, root: str | os.PathLike | None = None, seed: int = 0) -> dict[str, Split]:
+        return self.loader(self, self.data_dir(root), seed)
+
+
+def data_root() -> Path:
+    """Where real datasets live: $SPTUNE_DATA, default ~/sptune_data."""
+    return Path(os.environ.get("SPTUNE_DATA", Path.home() / "sptune_data")).expanduser()
+
+
+def cache_root() -> Path:
+    """Where generated data and tokenized arrays are cached: $SPTUNE_CACHE, default ~/.cache/sptune."""
+    return Path(os.environ.get("SPTUNE_CACHE", Path.home() / ".cache" / "sptune")).expanduser()

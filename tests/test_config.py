@@ -1,0 +1,56 @@
+"""Configs: every shipped config loads; bad values are one-line errors naming the field."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sptune import config
+from sptune.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_config_loads_for_every_stage(path):
+    assert "sptune " in path.read_text().splitlines()[1] or "sptune " in path.read_text()[:400], \
+        "a config's header must give its launch command"
+    for stage in config.STAGE_NAMES:
+        cfg = config.load(path, stage=stage)
+        assert cfg.task.name and cfg.model.name
+
+
+def test_overrides_and_stage_sections(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump({"optim": {"lr": 1e-3}, "stages": {"finetune": {"optim": {"lr": 5e-4}}}}))
+    assert config.load(p, stage="pretrain").optim.lr == 1e-3
+    assert config.load(p, stage="finetune").optim.lr == 5e-4
+    cfg = config.load(p, ["optim.batch_size=8", "finetune.optim.lr=1e-4", "model.causal=true"], stage="finetune")
+    assert (cfg.optim.batch_size, cfg.optim.lr, cfg.model.causal) == (8, 1e-4, True)
+    assert config.load(p, ["finetune.optim.lr=1e-4"], stage="pretrain").optim.lr == 1e-3
+
+
+@pytest.mark.parametrize("override, words", [
+    (["model.name=lstm"], ["model.name", "transformer"]),
+    (["task.name=nope"], ["task.name", "listops-mini"]),
+    (["model.pooling=cls"], ["model.pooling", "mean"]),
+    (["optim.lr=-1"], ["optim.lr", "> 0"]),
+    (["optim.batch_size=abc"], ["optim.batch_size", "int"]),
+    (["optim.bogus=1"], ["optim.bogus", "allowed"]),
+    (["objective.mask_ratio=1.5"], ["objective.mask_ratio"]),
+    (["lr=1"], ["section.field=value"]),
+])
+def test_bad_values_name_the_field(override, words):
+    with pytest.raises(UserError) as err:
+        config.load(None, override)
+    message = str(err.value)
+    assert "\n" not in message
+    for word in words:
+        assert word in message
+
+
+def test_dump_round_trip(tmp_path):
+    cfg = config.load(None, ["model.name=s4", "optim.lr=3e-4", "optim.betas=[0.9, 0.98]"])
+    config.dump(cfg, tmp_path / "config.yaml")
+    again = config.load(tmp_path / "config.yaml")
+    assert again == cfg

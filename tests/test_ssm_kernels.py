@@ -1,0 +1,181 @@
+"""Kernel functions of sptune.models.ssm against the s4 reference tensors and the naive definitions."""
+
+import logging
+import math
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from sptune.errors import UserError
+from sptune.models import ssm, ssm_minimal
+
+REFERENCE = Path(os.environ.get(
+    "SPTUNE_REFERENCE", Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "s4_v4_reference.pt"))
+TOL = 1e-4  # max |k_ours - k| / max |k| for float32 (reference README)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    if not REFERENCE.exists():
+        pytest.skip(f"s4 reference tensors not found at {REFERENCE} (set SPTUNE_REFERENCE to their path)")
+    return torch.load(REFERENCE, weights_only=False)  # trusted local file of plain tensors
+
+
+def rel_err(a, b):
+    return ((a - b).abs().max() / b.abs().max()).item()
+
+
+def reference_params(sd):
+    """s4 v4 state dict -> dt (H,), A, P, B (H, N), C (c, H, N) in the s4 conventions (reference README)."""
+    dt = torch.exp(sd["kernel.inv_dt"][:, 0])
+    A = -torch.exp(sd["kernel.A_real"]) - 1j * sd["kernel.A_imag"]
+    P = torch.view_as_complex(sd["kernel.P"])[0] if "kernel.P" in sd else None
+    return dt, A, P, torch.view_as_complex(sd["kernel.B"])[0], torch.view_as_complex(sd["kernel.C"])
+
+
+def random_system(H=3, N=6, channels=2, seed=0):
+    """Random stable continuous system in float64: dt (H,), A, P, B (H, N), C (c, H, N)."""
+    g = torch.Generator().manual_seed(seed)
+    cplx = lambda *s: torch.randn(*s, dtype=torch.complex128, generator=g)
+    dt = torch.exp(torch.empty(H, dtype=torch.float64).uniform_(math.log(1e-2), math.log(0.5), generator=g))
+    A = -torch.rand(H, N, dtype=torch.float64, generator=g) - 0.1 + 1j * 5 * torch.randn(H, N, generator=g)
+    return dt, A, cplx(H, N), cplx(H, N), cplx(channels, H, N)
+
+
+# --- 1. the s4 reference -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("case", ["diag_diag-lin", "diag_diag-inv", "diag_legs", "diag_bidir"])
+def test_diag_kernel_matches_s4_reference(reference, case):
+    dt, A, _, B, C = reference_params(reference[case]["state_dict"])
+    k = reference[case]["k"]  # (c, H, L)
+    assert rel_err(ssm.diag_kernel(dt, A, B, C, k.size(-1), disc="zoh"), k) < TOL
+
+
+def test_dplr_kernel_matches_s4_reference(reference):
+    sd, k = reference["dplr_legs"]["state_dict"], reference["dplr_legs"]["k"]
+    dt, A, P, B, C_tilde = reference_params(sd)
+    L = k.size(-1)
+    assert int(sd["kernel.l_kernel"]) == L
+    # s4 stores C~ = C (I - dA^L); Alg. 1 on it directly
+    assert rel_err(ssm.dplr_kernel_from_ctilde(dt, A, P, B, C_tilde, L, backend="torch"), k) < TOL
+    # recover the true C = C~ (I - dA^L)^{-1} in float64, then the full kernel (which recomputes C~)
+    c64 = lambda t: t.to(torch.complex128)
+    dA, _ = ssm.bilinear(dt.double(), ssm.dplr_state_matrix(c64(A), c64(P)), ssm.conj_pairs(c64(B)))
+    M = torch.eye(dA.size(-1), dtype=dA.dtype) - torch.linalg.matrix_power(dA, L)  # (H, 2N, 2N)
+    C = torch.linalg.solve(M.mT, ssm.conj_pairs(c64(C_tilde)).unsqueeze(-1)).squeeze(-1)  # (c, H, 2N)
+    N = A.size(-1)
+    assert torch.allclose(C[..., N:], C[..., :N].conj(), atol=1e-10)  # still conjugate pairs
+    k_ours = ssm.dplr_kernel(dt, A, P, B, C[..., :N].to(torch.complex64), L, backend="torch")
+    assert rel_err(k_ours, k) < TOL
+
+
+# --- 2. fast kernels vs the naive definitions (float64) -----------------------------------------------------
+
+@pytest.mark.parametrize("disc", ["zoh", "bilinear"])
+def test_diag_kernel_matches_naive_powers(disc):
+    dt, A, _, B, C = random_system()
+    k = ssm.diag_kernel(dt, A, B, C, 50, disc=disc)
+    assert k.shape == (2, 3, 50)
+    assert rel_err(k, ssm_minimal.diag_kernel(dt, A, B, C, 50, disc=disc)) < 1e-10
+
+
+@pytest.mark.parametrize("L", [1, 37, 64])  # odd L has no Nyquist bin, even L does
+def test_dplr_kernel_matches_dense_definition(L):
+    dt, A, P, B, C = random_system(seed=L)
+    k = ssm.dplr_kernel(dt, A, P, B, C, L, backend="torch")
+    assert k.shape == (2, 3, L)
+    assert rel_err(k, ssm_minimal.dplr_kernel(dt, A, P, B, C, L)) < 1e-9
+
+
+def test_dplr_kernel_hippo_legs_matches_dense_definition():
+    A, P, B, _ = ssm.nplr_legs(16)  # (8,) each
+    H = 4
+    dt = torch.logspace(-3, -1, H, dtype=torch.float64)
+    A, P, B = (t.expand(H, -1) for t in (A, P, B))
+    C = torch.randn(1, H, 8, dtype=torch.complex128)
+    k = ssm.dplr_kernel(dt, A, P, B, C, 128, backend="torch")
+    assert rel_err(k, ssm_minimal.dplr_kernel(dt, A, P, B, C, 128)) < 1e-9
+
+
+def test_dplr_kernel_with_zero_P_is_bilinear_diag_kernel():
+    dt, A, _, B, C = random_system()
+    k = ssm.dplr_kernel(dt, A, torch.zeros_like(A), B, C, 40, backend="torch")
+    assert rel_err(k, ssm.diag_kernel(dt, A, B, C, 40, disc="bilinear")) < 1e-10
+
+
+def test_dlr_kernel_matches_naive_loop():
+    g = torch.Generator().manual_seed(0)
+    re = -0.1 * torch.rand(20, dtype=torch.float64, generator=g)
+    log_lambda = re + 2j * math.pi * torch.rand(20, dtype=torch.float64, generator=g)  # (N,)
+    W = torch.randn(2, 3, 20, dtype=torch.complex128, generator=g)
+    k = ssm.dlr_kernel(log_lambda, W, 70)
+    assert k.shape == (2, 3, 70)
+    assert rel_err(k, ssm_minimal.dlr_kernel(log_lambda, W, 70)) < 1e-10
+
+
+def test_fft_conv_is_direct_convolution():
+    g = torch.Generator().manual_seed(0)
+    u = torch.randn(2, 3, 9, dtype=torch.float64, generator=g)  # (B, H, L)
+    k = torch.randn(2, 3, 9, dtype=torch.float64, generator=g)  # (c, H, L)
+    causal = torch.zeros_like(u)
+    anti = torch.zeros_like(u)
+    for t in range(9):
+        for s in range(9):
+            if s <= t:
+                causal[..., t] += k[0, :, t - s] * u[..., s]
+            else:  # s4 bidirectional convention: k1[j] multiplies u[t + 1 + j]
+                anti[..., t] += k[1, :, s - t - 1] * u[..., s]
+    assert torch.allclose(ssm.fft_conv(u, k[:1]), causal, atol=1e-12)
+    assert torch.allclose(ssm.fft_conv(u, k), causal + anti, atol=1e-12)
+
+
+# --- initializations -----------------------------------------------------------------------------------------
+
+def test_nplr_legs_reconstructs_hippo_legs():
+    N = 16
+    A, P, B, V = ssm.nplr_legs(N, B_clip=None)  # no clipping: exact unitary equivalence
+    A_legs, B_legs = ssm.hippo_legs(N)
+    V_full = torch.cat([V, V.conj()], dim=-1)  # (N, N) unitary
+    assert torch.allclose(V_full.conj().T @ V_full, torch.eye(N, dtype=V.dtype), atol=1e-10)
+    A_full = ssm.dplr_state_matrix(A[None], P[None])[0]  # (N, N)
+    assert torch.allclose(V_full @ A_full @ V_full.conj().T, A_legs.to(V.dtype), atol=1e-9)
+    assert torch.allclose(V_full @ ssm.conj_pairs(B), B_legs.to(V.dtype), atol=1e-9)
+    assert torch.allclose(A.real, torch.full_like(A.real, -0.5)) and (A.imag < 0).all()
+
+
+def test_diag_inits():
+    A, B = ssm.diag_init("diag-lin", 8)
+    assert torch.allclose(A, -0.5 - 1j * math.pi * torch.arange(4, dtype=torch.float64))
+    assert torch.allclose(B, torch.ones(4, dtype=B.dtype))
+    A, _ = ssm.diag_init("diag-inv", 8)
+    assert torch.allclose(A.imag, -8 / math.pi * (8 / (2 * torch.arange(4, dtype=torch.float64) + 1) - 1))
+    A, B = ssm.diag_init("diag-legs", 8)
+    A_nplr, _, B_nplr, _ = ssm.nplr_legs(8)
+    assert torch.equal(A, A_nplr) and torch.equal(B, B_nplr)
+    with pytest.raises(UserError):
+        ssm.diag_init("diag-foo", 8)
+
+
+# --- Cauchy backends -----------------------------------------------------------------------------------------
+
+def test_backend_choice_is_logged_once(caplog):
+    ssm._logged_backends.clear()
+    dt, A, P, B, C = random_system()
+    with caplog.at_level(logging.INFO, logger="sptune.models.ssm"):
+        ssm.dplr_kernel(dt, A, P, B, C, 8, backend="torch")
+        ssm.dplr_kernel(dt, A, P, B, C, 8, backend="torch")
+    assert sum("Cauchy kernel backend" in r.getMessage() for r in caplog.records) == 1
+    with pytest.raises(UserError):
+        ssm.dplr_kernel(dt, A, P, B, C, 8, backend="cuda")
+
+
+def test_keops_backend_matches_torch():
+    if not ssm.HAS_KEOPS:
+        with pytest.raises(UserError, match="pykeops"):
+            ssm.dplr_kernel(*random_system(), 8, backend="keops")
+        pytest.skip("pykeops not installed: the keops Cauchy path is not exercised")
+    dt, A, P, B, C = random_system()
+    k = ssm.dplr_kernel(dt, A, P, B, C, 32, backend="keops")
+    assert rel_err(k, ssm.dplr_kernel(dt, A, P, B, C, 32, backend="torch")) < 1e-10
