@@ -96,20 +96,21 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
     if stage not in STAGES:
         raise UserError(f"unknown stage '{stage}'; choose one of: {', '.join(STAGES)}")
 
-    # 1. Setup: resolve the config, seed, device, run directory, TensorBoard.
+    # 1. Setup: resolve the config, seed, device, run directory, TensorBoard. Under DDP (Ray Train
+    #    with several workers) every rank trains on its shard of each batch; rank 0 writes the files.
     task = get_task(cfg.task.name)
     cfg = resolve(cfg, task, stage, init_from)
     run_dir = Path(run_dir) if run_dir else run_dir_of(cfg, stage)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    dump(cfg, run_dir / "config.yaml")
+    rank, world = distributed_rank()
+    main_rank = rank == 0
+    if main_rank:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        dump(cfg, run_dir / "config.yaml")
     torch.manual_seed(cfg.run.seed)
     if cfg.run.num_threads > 0:
         torch.set_num_threads(cfg.run.num_threads)
-    device = torch.device("cuda" if cfg.run.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if cfg.run.device == "auto" else cfg.run.device))
-    from torch.utils.tensorboard import SummaryWriter  # imported here: tensorboard is slow to import
-
-    writer = SummaryWriter(str(run_dir / "tb"))
+    device = pick_device(cfg.run.device, rank)
+    writer = make_writer(run_dir, main_rank)
 
     # 2. Data: the task's splits, the training fraction (nested prefixes of one permutation).
     splits = task.load(cfg.task.data_dir or None, seed=cfg.run.seed)
@@ -125,6 +126,7 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
         if init_from is not None:
             load_pretrained_backbone(model, pretrain_dir(init_from))
     model.to(device)
+    trained = nn.parallel.DistributedDataParallel(model) if world > 1 else model  # gradients all-reduced
 
     # 4. Optimizer and schedule: AdamW with parameter groups; warmup then cosine or constant, per step.
     max_steps = cfg.optim.max_steps
@@ -159,16 +161,16 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
     while state["step"] < max_steps:
         step = state["step"]
         model.train()
-        index = train_batch_index(len(train_split), cfg.optim.batch_size, cfg.run.seed, step)
+        index = train_batch_index(len(train_split), cfg.optim.batch_size, cfg.run.seed, step)[rank::world]
         x, y, lengths = (t.to(device) for t in (train_split.inputs[index], train_split.targets[index],
                                                  train_split.lengths[index]))
-        loss = compute_loss(model, cfg, task, stage, x, y, lengths, step_generator(cfg.run.seed, step))
+        loss = compute_loss(trained, cfg, task, stage, x, y, lengths, step_generator(cfg.run.seed, step))
         if not torch.isfinite(loss):
             reason = f"non-finite loss ({loss.item()}) at step {step}: lower optim.lr or raise optim.warmup_steps"
             log.error("%s failed: %s", run_dir.name, reason)
             writer.close()
             progress.close()
-            return finish(result, state, run_dir, status="failed", reason=reason)
+            return finish(result, state, run_dir, status="failed", reason=reason, write=main_rank)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.optim.grad_clip > 0:
@@ -191,15 +193,20 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
             improved = val["metric"] > state["best_metric"]
             if improved:
                 state["best_metric"], state["best_step"] = val["metric"], state["step"]
-                checkpoints.save_atomic({"model": model.state_dict(), "step": state["step"],
-                                         "metric": val["metric"]}, run_dir / checkpoints.BEST)
-            checkpoints.save_atomic({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                                     "scheduler": scheduler.state_dict(), "rng": torch.get_rng_state(),
-                                     "state": state}, last_path)
-            for key in ("train_loss", "val_loss", "val_metric", "lr", "tokens_per_s"):
-                writer.add_scalar(f"{stage}/{key}", record[key], state["step"])
-            writer.flush()
-            progress.write(f"[{run_dir.name}] step {state['step']}/{max_steps} train_loss {record['train_loss']:.4f} "
+            if main_rank:
+                if improved:
+                    checkpoints.save_atomic({"model": model.state_dict(), "step": state["step"],
+                                             "metric": val["metric"]}, run_dir / checkpoints.BEST)
+                checkpoints.save_atomic({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                                         "scheduler": scheduler.state_dict(), "rng": torch.get_rng_state(),
+                                         "state": state}, last_path)
+                for key in ("train_loss", "val_loss", "val_metric", "lr", "tokens_per_s"):
+                    writer.add_scalar(f"{stage}/{key}", record[key], state["step"])
+                writer.flush()
+            if world > 1:
+                torch.distributed.barrier()  # every rank sees the checkpoint before anyone reports it
+            if main_rank:
+                progress.write(f"[{run_dir.name}] step {state['step']}/{max_steps} train_loss {record['train_loss']:.4f} "
                            f"val_loss {val['loss']:.4f} val_{metric_name} {val['metric']:.4f}"
                            + (" *" if improved else ""))
             if on_eval is not None:
@@ -211,25 +218,64 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
     best = checkpoints.load(run_dir / checkpoints.BEST, device)
     model.load_state_dict(best["model"])
     test = evaluate(model, cfg, task, stage, splits["test"], device, 0)
-    writer.add_scalar(f"{stage}/test_metric", test["metric"], state["best_step"])
-    writer.close()
+    if main_rank:
+        writer.add_scalar(f"{stage}/test_metric", test["metric"], state["best_step"])
+        writer.close()
     result["test_metric"] = test["metric"]
     result["test_loss"] = test["loss"]
     result["examples_seen"] = state["step"] * cfg.optim.batch_size
     # Training FLOPs estimate: 6 x parameters x tokens (forward + backward), the usual dense rule.
     result["flops_estimate"] = 6.0 * result["n_params"] * result["examples_seen"] * tokens_per_example
-    return finish(result, state, run_dir, status="completed")
+    return finish(result, state, run_dir, status="completed", write=main_rank)
 
 
 def finish(result: dict[str, Any], state: dict[str, Any], run_dir: Path, status: str,
-           reason: str | None = None) -> dict[str, Any]:
+           reason: str | None = None, write: bool = True) -> dict[str, Any]:
     history = state["history"]
     result.update(status=status, reason=reason, steps=state["step"], best_step=state["best_step"],
                   best_val=state["best_metric"] if history else None,
                   final_val=history[-1]["val_metric"] if history else None,
                   train_seconds=state["train_seconds"], history=history)
-    checkpoints.write_json_atomic(result, run_dir / checkpoints.RESULT)
+    if write:
+        checkpoints.write_json_atomic(result, run_dir / checkpoints.RESULT)
     return result
+
+
+def distributed_rank() -> tuple[int, int]:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+def pick_device(name: str, rank: int) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError("run.device=cuda but no CUDA device is visible; use run.device=auto or cpu")
+        return torch.device("cuda", rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+class _NoWriter:
+    """Stands in for the SummaryWriter on ranks other than 0."""
+
+    def add_scalar(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def make_writer(run_dir: Path, main_rank: bool):
+    if not main_rank:
+        return _NoWriter()
+    from torch.utils.tensorboard import SummaryWriter  # imported here: tensorboard is slow to import
+
+    return SummaryWriter(str(run_dir / "tb"))
 
 
 # ----------------------------------------------------------------------------- pieces of the loop

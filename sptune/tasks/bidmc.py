@@ -123,11 +123,15 @@ def verify_bidmc(task: Task, data_dir: Path) -> list[str]:
         x_path, y_path = data_dir / x_name, data_dir / y_name
         if not (x_path.is_file() and y_path.is_file()):
             continue
-        try:
-            x, y = np.load(x_path, mmap_mode="r"), np.load(y_path, mmap_mode="r")
-        except (OSError, ValueError) as err:  # np.load checks the header against the file size
-            problems.append(f"truncated or corrupt file in {data_dir} ({err}); {_fix(task)}")
+        loaded = []
+        for path in (x_path, y_path):
+            try:
+                loaded.append(np.load(path, mmap_mode="r"))  # checks the header against the file size
+            except (OSError, ValueError) as err:
+                problems.append(f"truncated or corrupt file {path} ({err}); {_fix(task)}")
+        if len(loaded) != 2:
             continue
+        x, y = loaded
         problem = _shape_problem(x, y)
         if problem:
             problems.append(f"malformed {x_path}: {problem}; {_fix(task)}")

@@ -156,6 +156,9 @@ def _open(task: Task, data_dir: Path):
             return datasets.load_from_disk(str(data_dir)), [data_dir], "local"
         except (OSError, ValueError, KeyError) as err:
             raise UserError(f"{task.name}: corrupt dataset at {data_dir} ({err}); {_how_to_place(task)}") from None
+    if data_dir.exists():  # e.g. raw files copied there by hand: convert them rather than ignore them
+        raise UserError(f"{task.name}: {data_dir} is not a `save_to_disk` DatasetDict (no dataset_dict.json); "
+                        f"move it aside and run `sptune data prepare {task.name} --from <it>`")
     dd = load_from_hub(task)
     files = [Path(f["filename"]) for split in dd.values() for f in split.cache_files]
     return dd, files, "hub"

@@ -244,7 +244,7 @@ def _grow_targets(rng: np.random.Generator, canvas: _Canvas, size: int, contour_
     second = _Path(canvas, second_tail, rng.uniform(-math.pi, math.pi))
     if not (first.place_first() and second.place_first()):
         return None
-    retreats = MAX_RETREATS_PER_DASH * contour_length
+    retreats = int(MAX_RETREATS_PER_DASH * contour_length)
     while len(first.dashes) < contour_length or len(second.dashes) < contour_length:
         for path in (first, second):
             if len(path.dashes) < contour_length and not path.extend(rng):
