@@ -103,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     from sptune import data_cli
 
     data_cli.register(sub)
+    __import__("sptune.tune.cli").tune.cli.register(sub)  # study | resume | results (Ray Tune)
     return parser
 
 

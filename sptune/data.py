@@ -42,8 +42,20 @@ def step_generator(seed: int, step: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1_000_033 + step + 7)
 
 
+def batch(split: Split, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(inputs, targets, lengths) of the examples in `index`, with the padding beyond the longest
+    sequence of the batch cut off: the model never computes on it (ListOps lengths vary 4x)."""
+    lengths = split.lengths[index]
+    longest = int(lengths.max())
+    inputs = split.inputs[index]
+    if not inputs.is_floating_point():
+        inputs = inputs.long()  # token ids may be stored compactly (uint8 / int16): embeddings want int64
+    continuous = inputs.dim() == 3 and lengths.dim() == 1  # (B, L, C); paired tokens are (B, 2, L)
+    inputs = inputs[:, :longest] if continuous else inputs[..., :longest]
+    return inputs, split.targets[index], lengths
+
+
 def eval_batches(split: Split, batch_size: int, limit: int = 0):
     n = len(split) if limit <= 0 else min(limit, len(split))
     for start in range(0, n, batch_size):
-        index = torch.arange(start, min(start + batch_size, n))
-        yield split.inputs[index], split.targets[index], split.lengths[index]
+        yield batch(split, torch.arange(start, min(start + batch_size, n)))

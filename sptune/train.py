@@ -24,7 +24,7 @@ from sptune import checkpoints
 from sptune.build import build_pretrain_model, build_task_model, count_parameters
 from sptune.config import Config, dump
 from sptune.config import load as load_config
-from sptune.data import eval_batches, step_generator, steps_per_epoch, train_batch_index, train_fraction
+from sptune.data import batch, eval_batches, step_generator, steps_per_epoch, train_batch_index, train_fraction
 from sptune.errors import UserError
 from sptune.models.backbone import SequenceModel, drop_mask_channel
 from sptune.objectives import Denoising, Metric, causal_denoising, denoising_loss, masked_denoising
@@ -162,8 +162,7 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
         step = state["step"]
         model.train()
         index = train_batch_index(len(train_split), cfg.optim.batch_size, cfg.run.seed, step)[rank::world]
-        x, y, lengths = (t.to(device) for t in (train_split.inputs[index], train_split.targets[index],
-                                                 train_split.lengths[index]))
+        x, y, lengths = (t.to(device) for t in batch(train_split, index))
         loss = compute_loss(trained, cfg, task, stage, x, y, lengths, step_generator(cfg.run.seed, step))
         if not torch.isfinite(loss):
             reason = f"non-finite loss ({loss.item()}) at step {step}: lower optim.lr or raise optim.warmup_steps"

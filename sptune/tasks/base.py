@@ -25,8 +25,8 @@ SPECIAL_TOKENS = ("<pad>", "<mask>", "<unk>")
 class Split:
     """One split of a task, all in memory (or memory-mapped).
 
-    inputs:  tokens (N, L) int64, padded with PAD_ID; continuous (N, L, C) float32;
-             paired documents (retrieval) (N, 2, L) int64.
+    inputs:  tokens (N, L) integer ids (any integer dtype: batches are cast to int64), padded with
+             PAD_ID; continuous (N, L, C) float32; paired documents (retrieval) (N, 2, L) ids.
     targets: (N,) int64 class ids, or (N,) float32 regression targets.
     lengths: (N,) int64 valid length of each sequence ((N, 2) for paired inputs).
     """

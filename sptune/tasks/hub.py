@@ -32,7 +32,7 @@ import tempfile
 import threading
 import urllib.parse
 import wave
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Iterator
 
@@ -124,20 +124,17 @@ def load_from_hub(task: Task):
     import datasets
 
     x = task.extras
-    offline = datasets.config.HF_HUB_OFFLINE or not hub_reachable()
+    flagged = datasets.config.HF_HUB_OFFLINE
+    offline = flagged or not hub_reachable()
     try:
-        with _offline() if offline else _nothing():
+        with _offline() if offline else nullcontext():
             return datasets.load_dataset(x["hub_id"], x.get("hub_config"), revision=x.get("hub_revision"))
     except (OSError, ValueError, RuntimeError) as err:  # ConnectionError, DatasetNotFoundError, ...
-        where = "the Hub is unreachable (offline)" if offline else "the Hub download failed"
+        where = ("offline mode (HF_HUB_OFFLINE) is on" if flagged else
+                 "the Hub is unreachable" if offline else "the Hub download failed")
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise UserError(f"{task.name}: no local copy at {task.data_dir()} and {where}: {reason}; "
                         f"{_how_to_place(task)}") from None
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
 
 
 def hf_cache_dir(task: Task) -> Path:

@@ -76,7 +76,7 @@ STYLES = {
 
 CANDIDATE_TURNS = 24  # turns tried at once for each new dash
 MAX_DISTRACTOR_TRIES = 5  # a distractor that cannot be placed is dropped, as in the original
-MAX_RETREATS_PER_DASH = 2  # dead-end budget of the target-path search before starting over
+MAX_RETREATS_PER_DASH = 1  # dead-end budget of the target-path search before starting over
 MAX_IMAGE_TRIES = 1000  # target paths are regrown until they fit; failing this often is a bug
 
 
@@ -96,8 +96,8 @@ class Example:
     paths: list[np.ndarray]
 
 
-def _unit(angle: np.ndarray | float) -> np.ndarray:
-    return np.stack([np.sin(angle), np.cos(angle)], axis=-1)  # (y, x), like image indexing
+def _unit(angle: float) -> np.ndarray:
+    return np.array([math.sin(angle), math.cos(angle)])  # (y, x), like image indexing
 
 
 def _point_segment_distance(points: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -121,44 +121,47 @@ class _Canvas:
         self.low, self.high = 1.0, size - 2.0  # keep strokes off the border pixels
         # Per dash: start (y, x), direction vector (y, x) and 1 / length^2.
         self.dashes = np.zeros((5, 64))
-        # 0 for dashes in the image, inf for dashes taken back while searching.
-        self.penalty = np.zeros(64)
+        self.removed = np.zeros(64, dtype=bool)  # dashes taken back while searching
         self.count = 0
         # Points along a candidate dash, spaced <= 0.5 px so a crossing cannot slip between them.
         self.along = np.linspace(0.0, 1.0, int(math.ceil(style.dash_length / 0.5)) + 1)
 
-    def fits(self, starts: np.ndarray, ends: np.ndarray, predecessor: int) -> np.ndarray:
-        """Which candidate dashes (K, 2) stay inside the image and clear of all placed dashes.
+    def fits(self, pivot: np.ndarray, starts: np.ndarray, ends: np.ndarray, predecessor: int) -> np.ndarray:
+        """Which candidate dashes (K, 2), all starting one gap from `pivot`, stay inside the image
+        and clear of every placed dash.
 
         `predecessor` (an index into the placed dashes, or -1) is exempt: a dash always sits
         one gap from the dash before it on its own path.
         """
         inside = ((starts >= self.low) & (starts <= self.high) & (ends >= self.low) & (ends <= self.high)).all(-1)
-        if self.count == 0:
+        # Only dashes starting within reach of the pivot can come near a candidate.
+        reach = 2 * self.style.dash_length + self.gap + math.sqrt(self.clearance2)
+        ay, ax = self.dashes[:2, : self.count]
+        near = ((ay - pivot[0]) ** 2 + (ax - pivot[1]) ** 2 <= reach * reach) & ~self.removed[: self.count]
+        if predecessor >= 0:
+            near[predecessor] = False
+        if not (near.any() and inside.any()):
             return inside
-        ay, ax, dy, dx, inv = self.dashes[:, : self.count, None, None]  # (M, 1, 1): broadcast over K, P
+        ay, ax, dy, dx, inv = self.dashes[:, : self.count][:, near, None, None]  # (M, 1, 1): broadcast over P, K
         points = starts + self.along[:, None, None] * (ends - starts)  # (P, K, 2)
         ry, rx = points[..., 0] - ay, points[..., 1] - ax  # (M, P, K)
         t = np.clip((ry * dy + rx * dx) * inv, 0.0, 1.0)
         ry -= t * dy
         rx -= t * dx
-        dist2 = ry * ry + rx * rx + self.penalty[: self.count, None, None]
-        if predecessor >= 0:
-            dist2[predecessor] = np.inf
-        return inside & (dist2.min(axis=(0, 1)) >= self.clearance2)
+        return inside & ((ry * ry + rx * rx).min(axis=(0, 1)) >= self.clearance2)
 
     def add(self, start: np.ndarray, end: np.ndarray) -> int:
-        if self.count == self.penalty.size:
+        if self.count == self.removed.size:
             self.dashes = np.concatenate([self.dashes, np.zeros_like(self.dashes)], axis=1)
-            self.penalty = np.concatenate([self.penalty, np.zeros_like(self.penalty)])
+            self.removed = np.concatenate([self.removed, np.zeros_like(self.removed)])
         direction = end - start
-        self.dashes[:, self.count] = (*start, *direction, 1.0 / max(direction @ direction, 1e-12))
-        self.penalty[self.count] = 0.0
+        self.dashes[:, self.count] = (*start, *direction, 1.0 / max(direction[0] ** 2 + direction[1] ** 2, 1e-12))
+        self.removed[self.count] = False
         self.count += 1
         return self.count - 1
 
     def remove(self, index: int) -> None:
-        self.penalty[index] = np.inf
+        self.removed[index] = True
 
     def start(self, index: int | list[int]) -> np.ndarray:
         return self.dashes[:2, index].T
@@ -168,7 +171,7 @@ class _Canvas:
 
     def segments(self) -> np.ndarray:
         """(n, 2, 2) endpoints of the dashes still in the image."""
-        keep = list(np.flatnonzero(self.penalty[: self.count] == 0))
+        keep = list(np.flatnonzero(~self.removed[: self.count]))
         return np.stack([self.start(keep), self.end(keep)], axis=1)
 
 
@@ -183,14 +186,15 @@ class _Path:
         self.states: list[tuple[np.ndarray, float]] = [(tail - canvas.gap * _unit(angle), angle)]  # (pivot, angle) per dash
 
     def _dashes_at(self, pivot: np.ndarray, angles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        direction = _unit(angles)
-        gap, length = self.canvas.gap, self.canvas.style.dash_length
-        return pivot + gap * direction, pivot + (gap + length) * direction
+        direction = np.empty((len(angles), 2))
+        direction[:, 0], direction[:, 1] = np.sin(angles), np.cos(angles)
+        starts = pivot + self.canvas.gap * direction
+        return starts, starts + self.canvas.style.dash_length * direction
 
     def place_first(self) -> bool:
         pivot, angle = self.states[0]
         start, end = self._dashes_at(pivot, np.array([angle]))
-        if not self.canvas.fits(start, end, -1)[0]:
+        if not self.canvas.fits(pivot, start, end, -1)[0]:
             return False
         self.dashes.append(self.canvas.add(start[0], end[0]))
         return True
@@ -203,7 +207,7 @@ class _Path:
         max_turn = math.pi / 2 / style.continuity
         turns = rng.uniform(-max_turn, max_turn, CANDIDATE_TURNS)
         starts, ends = self._dashes_at(pivot, angle + turns)
-        weight = np.cos(style.continuity * turns) ** 2 * self.canvas.fits(starts, ends, self.dashes[-1])
+        weight = np.cos(style.continuity * turns) ** 2 * self.canvas.fits(pivot, starts, ends, self.dashes[-1])
         if weight.sum() <= 0:
             return False
         pick = int(np.searchsorted(np.cumsum(weight), rng.random() * weight.sum(), side="right"))
@@ -274,17 +278,39 @@ def _add_distractors(rng: np.random.Generator, canvas: _Canvas, size: int, conto
     return paths
 
 
+def _coverage(image: np.ndarray, centre_distance, box: tuple[float, float, float, float], radius: float,
+              scale: float) -> None:
+    """Paint a shape of the given radius into image (in place, keeping the brighter value).
+
+    A pixel gets the fraction of it the shape covers, approximated by radius + 0.5 - distance
+    clipped to [0, 1]: anti-aliasing without supersampling. Only the shape's bounding box is
+    computed, so large images cost no more per dash than small ones.
+    """
+    size = image.shape[0]
+    y0, x0 = max(int(box[0] - radius - 1), 0), max(int(box[1] - radius - 1), 0)
+    y1, x1 = min(int(box[2] + radius + 2), size), min(int(box[3] + radius + 2), size)
+    ys, xs = np.meshgrid(np.arange(y0, y1, dtype=np.float32), np.arange(x0, x1, dtype=np.float32), indexing="ij")
+    value = np.clip(radius + 0.5 - centre_distance(ys, xs), 0.0, 1.0) * scale
+    np.maximum(image[y0:y1, x0:x1], value, out=image[y0:y1, x0:x1])
+
+
 def _render(size: int, style: Style, segments: np.ndarray, markers: np.ndarray) -> np.ndarray:
-    """Anti-aliased image: each pixel gets the coverage of a stroke of the given width, i.e.
-    width/2 + 0.5 - distance clipped to [0, 1], computed for all dashes at once."""
-    grid = np.stack(np.meshgrid(np.arange(size), np.arange(size), indexing="ij"), axis=-1).reshape(-1, 2)
-    grid = grid.astype(np.float32)
-    stroke = _point_segment_distance(grid, segments[:, 0].astype(np.float32), segments[:, 1].astype(np.float32))
-    paths = np.clip(style.dash_width / 2 + 0.5 - stroke.min(axis=1), 0, 1) * style.intensity
-    marker_dist = np.linalg.norm(grid[:, None, :] - markers[None].astype(np.float32), axis=-1).min(axis=1)
-    dots = np.clip(style.marker_radius + 0.5 - marker_dist, 0, 1)
-    image = np.clip(np.maximum(paths, dots), 0, 1)
-    return np.round(image * 255).astype(np.uint8).reshape(size, size)
+    """The image: dashes at the style's intensity, then the two markers at full brightness."""
+    image = np.zeros((size, size), dtype=np.float32)
+    for (ay, ax), (by, bx) in segments:
+        dy, dx = by - ay, bx - ax
+        inv = 1.0 / max(dy * dy + dx * dx, 1e-12)
+
+        def to_dash(ys, xs, ay=ay, ax=ax, dy=dy, dx=dx, inv=inv):
+            t = np.clip(((ys - ay) * dy + (xs - ax) * dx) * inv, 0.0, 1.0)
+            return np.hypot(ys - ay - t * dy, xs - ax - t * dx)
+
+        box = (min(ay, by), min(ax, bx), max(ay, by), max(ax, bx))
+        _coverage(image, to_dash, box, style.dash_width / 2, style.intensity)
+    for cy, cx in markers:
+        _coverage(image, lambda ys, xs, cy=cy, cx=cx: np.hypot(ys - cy, xs - cx), (cy, cx, cy, cx),
+                  style.marker_radius, 1.0)
+    return np.round(np.clip(image, 0.0, 1.0) * 255).astype(np.uint8)
 
 
 def generate_example(rng: np.random.Generator, label: int, resolution: int = 32, contour_length: int = 14) -> Example:

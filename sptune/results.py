@@ -1,0 +1,179 @@
+"""The results of a study: one row per trial (all stages stacked, a `stage` column) and a summary.
+
+Rows are built from the trials' run directories (trial.json, result.json, progress.json), never
+only from Ray Tune: Tune forgets or re-numbers things across restores (and Optuna drops the result
+of a resumed errored trial), while every run directory says exactly what it ran and reached.
+
+    sptune results <study dir>      # rewrites <study dir>/results.csv and prints the summary
+
+Selection rule (Appendix C.1): in each stage the trial with the best validation metric wins, and
+its test metric is the one measured at that trial's best-validation checkpoint; finetuning starts
+from the selected pretraining trial's best checkpoint.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+from typing import Any
+
+from sptune import checkpoints
+from sptune.config import write_text_atomic
+
+STAGES = ("pretrain", "finetune", "scratch")
+CSV_NAME = "results.csv"
+STUDY_FILE = "study.json"
+RULE = ("selection: per stage, the trial with the best validation metric; its test metric is measured at "
+        "that trial's best-validation checkpoint; finetuning starts from the selected pretraining trial's "
+        "best checkpoint")
+COLUMNS = ["stage", "trial_id", "status", "reason", "metric", "best_val", "best_step", "final_val", "test_metric",
+           "steps", "train_seconds", "wall_seconds", "devices", "device_seconds", "flops_estimate", "n_params",
+           "path", "attempts", "start_steps", "node_id", "hostname", "pid", "init_trial", "init_step",
+           "init_run_dir", "selected", "run_dir"]
+
+
+def study_state(study_dir: Path) -> dict[str, Any]:
+    path = Path(study_dir) / STUDY_FILE
+    return checkpoints.read_json(path) if path.is_file() else {}
+
+
+def collect(study_dir: str | Path) -> list[dict[str, Any]]:
+    """Every trial of the study, in stage order then run-directory order."""
+    study_dir = Path(study_dir)
+    state = study_state(study_dir)
+    rows = []
+    for stage in STAGES:
+        stage_dir = study_dir / stage
+        if not stage_dir.is_dir():
+            continue
+        phase_done = state.get("phases", {}).get(stage) == "done"
+        for run_dir in sorted(p for p in stage_dir.iterdir() if (p / "trial.json").is_file()):
+            rows.append(trial_row(run_dir, phase_done))
+    for stage in STAGES:
+        best = best_row(rows, stage)
+        if best is not None:
+            best["selected"] = True
+    return rows
+
+
+def trial_row(run_dir: Path, phase_done: bool) -> dict[str, Any]:
+    trial = checkpoints.read_json(run_dir / "trial.json")
+    result_path, progress_path = run_dir / checkpoints.RESULT, run_dir / "progress.json"
+    result = checkpoints.read_json(result_path) if result_path.is_file() else None
+    progress = checkpoints.read_json(progress_path) if progress_path.is_file() else {}
+    last = trial["attempts"][-1]
+    init = trial.get("init") or {}
+    row: dict[str, Any] = {
+        "stage": trial["stage"], "trial_id": trial["trial_id"], "path": trial["path"], "devices": trial["devices"],
+        "attempts": len(trial["attempts"]), "start_steps": ";".join(str(a["start_step"]) for a in trial["attempts"]),
+        "node_id": last["node_id"], "hostname": last["hostname"], "pid": last["pid"],
+        "init_trial": init.get("trial"), "init_step": init.get("step"), "init_run_dir": init.get("run_dir"),
+        "selected": False, "run_dir": str(run_dir),
+        "wall_seconds": trial.get("wall_seconds", progress.get("wall_seconds")),
+        **{key: value for key, value in trial["params"].items()},
+    }
+    if result is not None:
+        row.update({key: result.get(key) for key in ("status", "reason", "metric", "best_val", "best_step", "final_val",
+                                                     "test_metric", "steps", "train_seconds", "flops_estimate",
+                                                     "n_params")})
+    else:
+        # Stopped early (ASHA) or still to be resumed: the latest eval is all there is.
+        row.update(status="stopped" if phase_done else "unfinished", best_val=progress.get("best_val"),
+                   best_step=progress.get("best_step"), final_val=progress.get("val_metric"),
+                   steps=progress.get("step"))
+    if row.get("wall_seconds") is not None:
+        row["device_seconds"] = row["wall_seconds"] * row["devices"]
+    return row
+
+
+def param_keys(rows: list[dict[str, Any]]) -> list[str]:
+    """The searched config keys (flattened, e.g. optim.lr) present in any row."""
+    keys: list[str] = []
+    for row in rows:
+        keys += [k for k in row if "." in k and k not in keys and k not in COLUMNS]
+    return sorted(keys)
+
+
+def best_row(rows: list[dict[str, Any]], stage: str) -> dict[str, Any] | None:
+    done = [r for r in rows if r["stage"] == stage and r.get("status") == "completed" and _num(r.get("best_val"))]
+    return max(done, key=lambda r: r["best_val"], default=None)
+
+
+def _num(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not math.isnan(value)
+
+
+def write_csv(rows: list[dict[str, Any]], path: str | Path) -> Path:
+    columns = COLUMNS[:2] + param_keys(rows) + COLUMNS[2:]
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text_atomic(Path(path), out.getvalue())
+    return Path(path)
+
+
+# ----------------------------------------------------------------------------- summary
+def summary(study_dir: str | Path, rows: list[dict[str, Any]] | None = None) -> str:
+    study_dir = Path(study_dir)
+    rows = collect(study_dir) if rows is None else rows
+    state = study_state(study_dir)
+    keys = param_keys(rows)
+    cfg = state.get("stages", {}).get("scratch") or next(iter(state.get("stages", {}).values()), {})
+    lines = [f"study {study_dir}"
+             + (f": task {cfg['task']['name']}, model {cfg['model']['name']}" if cfg else "")
+             + (f", search space {state['space']['path']}" if state.get("space") else ""),
+             RULE, ""]
+    header = (f"{'stage':9s} {'trials':>6s} {'ok':>3s} {'fail':>4s} {'stop':>4s}  {'best trial':30s} "
+              + " ".join(f"{k.rsplit('.', 1)[-1]:>10s}" for k in keys)
+              + f" {'metric':>17s} {'val(best)':>9s} {'@step':>6s} {'test':>7s} {'wall s':>7s} {'device s':>8s}")
+    lines.append(header)
+    for stage in STAGES:
+        mine = [r for r in rows if r["stage"] == stage]
+        if not mine:
+            phase = state.get("phases", {}).get(stage)
+            lines.append(f"{stage:9s} {0:6d}  " + (f"({phase})" if phase else "(not run)"))
+            continue
+        counts = [sum(r.get("status") == s for r in mine) for s in ("completed", "failed")]
+        stopped = len(mine) - sum(counts)
+        best = best_row(rows, stage)
+        stage_wall = sum(r.get("device_seconds") or 0.0 for r in mine)
+        if best is None:
+            lines.append(f"{stage:9s} {len(mine):6d} {counts[0]:3d} {counts[1]:4d} {stopped:4d}  (no completed trial)")
+            continue
+        lines.append(f"{stage:9s} {len(mine):6d} {counts[0]:3d} {counts[1]:4d} {stopped:4d}  {best['trial_id']:30s} "
+                     + " ".join(f"{_fmt(best.get(k)):>10s}" for k in keys)
+                     + f" {best['metric']:>17s} {best['best_val']:9.4f} {best['best_step']:6d} "
+                     f"{best['test_metric']:7.4f} {best['wall_seconds'] or 0:7.0f} {stage_wall:8.0f}")
+    lines += _comparison(rows, state)
+    failed = [r for r in rows if r.get("status") == "failed"]
+    for r in failed:
+        lines.append(f"failed: {r['stage']} {r['trial_id']}: {r.get('reason')}")
+    lines += ["", f"all trials ({len(rows)}): {study_dir / CSV_NAME}",
+              f"TensorBoard: tensorboard --logdir {study_dir}   (runs are named <stage>/<stage>-<trial>-<params>)"]
+    return "\n".join(lines)
+
+
+def _comparison(rows: list[dict[str, Any]], state: dict[str, Any]) -> list[str]:
+    scratch, finetune = best_row(rows, "scratch"), best_row(rows, "finetune")
+    selected = state.get("selected")
+    lines = [""]
+    if selected:
+        lines.append(f"finetuning started from pretraining trial {selected['trial']} at its best checkpoint "
+                     f"(step {selected['step']}, val {selected['best_val']:.4f})")
+    if scratch is None or finetune is None:
+        return lines
+    pre_cost = sum(r.get("device_seconds") or 0.0 for r in rows if r["stage"] == "pretrain")
+    ft_cost = sum(r.get("device_seconds") or 0.0 for r in rows if r["stage"] == "finetune")
+    sc_cost = sum(r.get("device_seconds") or 0.0 for r in rows if r["stage"] == "scratch")
+    gain = finetune["test_metric"] - scratch["test_metric"]
+    lines.append(f"SPT (pretrain -> finetune) vs scratch, test {scratch['metric']}: {finetune['test_metric']:.4f} vs "
+                 f"{scratch['test_metric']:.4f} ({gain:+.4f}); search cost {pre_cost + ft_cost:.0f} vs "
+                 f"{sc_cost:.0f} device-seconds (SPT includes every pretraining trial)")
+    return lines
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)

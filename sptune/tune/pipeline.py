@@ -1,0 +1,311 @@
+"""The SPT study: a tracked two-stage search plus the scratch baseline, each phase one Ray Tune run.
+
+    pretrain   search the pretraining grid
+    finetune   select the best pretraining trial (validation metric) and search the finetuning grid
+               from its best checkpoint; every finetune trial records that trial and step
+    scratch    search the same task from a random init: the baseline
+
+A study directory holds everything, so `sptune resume <dir>` needs nothing else:
+
+    study.json            what was asked (configs per stage, search space, options), phase states,
+                          the selected pretraining trial
+    pretrain|finetune|scratch/<run>/   one run directory per trial (see sptune.tune.trainable)
+    tune/<phase>/         Ray Tune's experiment state, for Tuner.restore
+    train/                Ray Train runs (TorchTrainer path)
+    results.csv           one row per trial (sptune.results)
+
+Resume: finished phases are skipped; an interrupted phase is restored with Tuner.restore
+(resume_unfinished, resume_errored): Tune keeps its finished trials and the searcher's state, and
+each unfinished trial continues from its run directory's last.pt (or Tune's copy of it).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import logging
+import os
+import signal
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from sptune import checkpoints, results
+from sptune.config import STAGE_NAMES
+from sptune.config import load as load_config
+from sptune.errors import UserError
+from sptune.tune import search
+from sptune.tune.trainable import PATHS, TrialSpec, choose_path, stage_trainable, trial_resources
+
+log = logging.getLogger("sptune.tune")
+
+PHASES = ("pretrain", "finetune", "scratch")
+DRIVER_FILE = "driver.json"
+TAG_ENV = "SPTUNE_RAY_TAG"  # marks every process of a study's local Ray instance (for cleanup)
+# A tiny study for tests and for checking an installation: every stage runs 2 trials of 8 steps.
+SMOKE_OVERRIDES = ["model.d_model=16", "model.n_layers=1", "model.n_heads=2", "model.d_ff=16",
+                   "optim.max_steps=8", "optim.eval_every=4", "optim.warmup_steps=0", "task.max_val_examples=32"]
+SMOKE_SAMPLES = 2
+
+
+@dataclass
+class Options:
+    """How to run the searches; None = the search-space file's value (or the default)."""
+
+    num_samples: int | None = None
+    max_concurrent: int | None = None
+    workers: int | None = None
+    cpus_per_worker: float | None = None
+    gpus_per_worker: float | None = None
+    asha: bool | None = None
+    sampler: str | None = None
+    seed: int | None = None
+    max_failures: int = 2
+    train_path: str = "auto"  # "auto" | "direct" | "train"
+    smoke: bool = False
+
+
+# ----------------------------------------------------------------------------- creating / loading
+def create(config_path: str, overrides: list[str], study_dir: str | Path, space_path: str | None = None,
+           options: Options | None = None) -> dict[str, Any]:
+    """Resolve and validate everything up front, then write study.json (before any Ray work)."""
+    options = options or Options()
+    study_dir = Path(study_dir).resolve()
+    if (study_dir / results.STUDY_FILE).is_file():
+        raise UserError(f"{study_dir} already holds a study; continue it with `sptune resume {study_dir}` "
+                        f"or pass another --dir")
+    overrides = list(overrides) + (SMOKE_OVERRIDES if options.smoke else [])
+    stages = {stage: load_config(config_path, overrides, stage=stage).to_dict() for stage in STAGE_NAMES}
+    task, model = stages["scratch"]["task"]["name"], stages["scratch"]["model"]["name"]
+    space = search.load(space_path or search.default_path(task, model))
+    declared = (space.task or task, space.model or model)
+    if declared != (task, model):
+        raise UserError(f"{space.path} is for task '{declared[0]}' / model '{declared[1]}', the config is for "
+                        f"'{task}' / '{model}'; pass the matching --search-space")
+    missing = [s for s in PHASES if s not in space.stages]
+    if missing:
+        raise UserError(f"{space.path} has no grid for stage(s) {', '.join(missing)}; a study searches all three")
+    if options.train_path not in PATHS:
+        raise UserError(f"--train-path {options.train_path!r}; choose one of: {', '.join(PATHS)}")
+    pick = lambda value, key, default: value if value is not None else space.resources.get(key, default)  # noqa: E731
+    resolved = {
+        "num_samples": SMOKE_SAMPLES if options.smoke else (options.num_samples or space.num_samples),
+        "max_concurrent": options.max_concurrent or space.max_concurrent,
+        "workers": int(pick(options.workers, "workers", 1)),
+        "cpus_per_worker": float(pick(options.cpus_per_worker, "cpus_per_worker", 1)),
+        "gpus_per_worker": float(pick(options.gpus_per_worker, "gpus_per_worker", 0)),
+        "asha": space.asha if options.asha is not False and (options.asha or space.asha) else None,
+        "sampler": options.sampler or space.sampler, "seed": space.seed if options.seed is None else options.seed,
+        "max_failures": options.max_failures, "smoke": options.smoke,
+    }
+    if options.asha and resolved["asha"] is None:
+        resolved["asha"] = {"grace_period": max(1, stages["pretrain"]["optim"]["eval_every"]), "reduction_factor": 2}
+    if resolved["workers"] < 1 or resolved["cpus_per_worker"] <= 0 or resolved["gpus_per_worker"] < 0:
+        raise UserError("--workers must be >= 1, --cpus-per-worker > 0 and --gpus-per-worker >= 0")
+    resolved["path"] = choose_path(resolved["workers"], resolved["gpus_per_worker"], options.train_path)
+    state = {"version": 1, "dir": str(study_dir), "config": str(config_path), "overrides": overrides,
+             "stages": stages, "space": space.to_dict(), "options": resolved, "phases": {}, "selected": None,
+             "created": time.time()}
+    study_dir.mkdir(parents=True, exist_ok=True)
+    save_state(study_dir, state)
+    return state
+
+
+def load_state(study_dir: str | Path) -> dict[str, Any]:
+    path = Path(study_dir) / results.STUDY_FILE
+    if not path.is_file():
+        raise UserError(f"{study_dir} is not a study directory (no {results.STUDY_FILE}); "
+                        f"start one with `sptune study <config> --dir {study_dir}`")
+    return checkpoints.read_json(path)
+
+
+def save_state(study_dir: Path, state: dict[str, Any]) -> None:
+    checkpoints.write_json_atomic(state, Path(study_dir) / results.STUDY_FILE)
+
+
+def describe_path(options: dict[str, Any]) -> str:
+    if options["path"] == "direct":
+        return (f"trials run directly in Ray Tune ({options['cpus_per_worker']:g} CPU each): one CPU worker, "
+                f"so Ray Train would add only overhead")
+    gpus = f", {options['gpus_per_worker']:g} GPU" if options["gpus_per_worker"] else ""
+    return (f"trials run under Ray Train's TorchTrainer: {options['workers']} worker(s) x "
+            f"({options['cpus_per_worker']:g} CPU{gpus}), DDP with {'nccl' if gpus else 'gloo'}")
+
+
+# ----------------------------------------------------------------------------- running
+def run(study_dir: str | Path, address: str | None = None, verbose: int = 1,
+        trainable: Callable[..., None] = stage_trainable, on_phase: Callable[[str], None] | None = None
+        ) -> list[dict[str, Any]]:
+    """Run (or continue) every phase of a study; returns the results rows (also in results.csv).
+
+    `trainable` is the Tune function of each trial (stage_trainable; a test may wrap it), `on_phase`
+    is called with the phase name before each phase starts (for progress printing).
+    """
+    study_dir = Path(study_dir).resolve()
+    state = load_state(study_dir)
+    log.info("%s", describe_path(state["options"]))
+    with ray_session(study_dir, address):
+        for phase in PHASES:
+            if state["phases"].get(phase) == "done" or str(state["phases"].get(phase, "")).startswith("skipped"):
+                continue
+            if phase == "finetune" and not select_pretraining(study_dir, state):
+                state["phases"]["finetune"] = "skipped: no pretraining trial completed"
+                save_state(study_dir, state)
+                continue
+            if on_phase is not None:
+                on_phase(phase)
+            run_phase(study_dir, state, phase, trainable, verbose)
+            state["phases"][phase] = "done"
+            save_state(study_dir, state)
+    rows = results.collect(study_dir)
+    results.write_csv(rows, study_dir / results.CSV_NAME)
+    return rows
+
+
+def select_pretraining(study_dir: Path, state: dict[str, Any]) -> dict[str, Any] | None:
+    """The best pretraining trial by validation metric; kept in study.json so a resume reuses it."""
+    if state.get("selected") is None:
+        best = results.best_row(results.collect(study_dir), "pretrain")
+        if best is None:
+            return None
+        state["selected"] = {"trial": best["trial_id"], "run_dir": best["run_dir"], "step": best["best_step"],
+                             "best_val": best["best_val"], "checkpoint": str(Path(best["run_dir"]) / checkpoints.BEST)}
+        save_state(study_dir, state)
+    return state["selected"]
+
+
+def trial_spec(study_dir: Path, state: dict[str, Any], phase: str) -> TrialSpec:
+    options, stage_space = state["options"], state["space"]["stages"][phase]
+    return TrialSpec(stage=phase, base=copy.deepcopy(state["stages"][phase]), study_dir=str(study_dir),
+                     path=options["path"], workers=options["workers"], cpus_per_worker=options["cpus_per_worker"],
+                     gpus_per_worker=options["gpus_per_worker"], max_failures=options["max_failures"],
+                     init=state["selected"] if phase == "finetune" else None,
+                     hparam_domains={k: v for k, v in stage_space["params"].items() if isinstance(v, list)})
+
+
+def run_phase(study_dir: Path, state: dict[str, Any], phase: str, trainable: Callable[..., None],
+              verbose: int) -> None:
+    from ray import tune
+    from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
+
+    spec = trial_spec(study_dir, state, phase)
+    fn = tune.with_resources(tune.with_parameters(trainable, spec=spec), trial_resources(spec))
+    experiment = study_dir / "tune" / phase
+    if tune.Tuner.can_restore(str(experiment)):
+        log.info("restoring the %s search from %s", phase, experiment)
+        tuner = tune.Tuner.restore(str(experiment), fn, resume_unfinished=True, resume_errored=True)
+    else:
+        options = state["options"]
+        stage_space = search.parse({"stages": {phase: state["space"]["stages"][phase]}}).stages[phase]
+        tuner = tune.Tuner(fn, tune_config=tune.TuneConfig(
+            search_alg=search.make_searcher(stage_space, options["sampler"], options["seed"]),
+            scheduler=search.make_scheduler(options["asha"], spec.base["optim"]["max_steps"]),
+            num_samples=search.trial_count(stage_space, options["num_samples"]),
+            max_concurrent_trials=options["max_concurrent"], trial_name_creator=partial(_trial_name, phase),
+            trial_dirname_creator=partial(_trial_name, phase)),
+            run_config=tune.RunConfig(
+                name=phase, storage_path=str(study_dir / "tune"), verbose=verbose,
+                failure_config=tune.FailureConfig(max_failures=options["max_failures"]),
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+                # Tune's own TensorBoard logger is left out: the study's TensorBoard runs are the trials'.
+                callbacks=[JsonLoggerCallback(), CSVLoggerCallback()]))
+    tuner.fit()
+
+
+def _trial_name(phase: str, trial: Any) -> str:
+    return f"{phase}_{trial.trial_id}"
+
+
+# ----------------------------------------------------------------------------- Ray instance
+@contextmanager
+def ray_session(study_dir: Path, address: str | None = None) -> Iterator[None]:
+    """Use the Ray instance already initialized (tests, notebooks), else join `address`, else start
+    a local one whose processes carry this study's tag, so a later resume can find and stop what a
+    killed driver left behind (and only that: other Ray instances on the machine are untouched)."""
+    import ray
+
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    # A snapshot of the experiment is forced at every checkpoint (num_to_keep=1): wanted, not a warning.
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    # Ctrl-C must raise, not end Tune's loop "normally": a phase that returns is marked done.
+    os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
+    if ray.is_initialized():
+        yield
+        return
+    check_driver(study_dir)
+    tag = ray_tag(study_dir)
+    stop_processes(ray_processes(tag))
+    checkpoints.write_json_atomic({"pid": os.getpid(), "tag": tag, "address": address, "started": time.time()},
+                                  study_dir / DRIVER_FILE)
+    os.environ[TAG_ENV] = tag
+    try:
+        ray.init(address=address or "local", include_dashboard=False if address is None else None,
+                 logging_level=logging.WARNING)
+        yield
+    finally:
+        ray.shutdown()
+        os.environ.pop(TAG_ENV, None)
+
+
+def check_driver(study_dir: Path) -> None:
+    path = study_dir / DRIVER_FILE
+    if not path.is_file():
+        return
+    pid = checkpoints.read_json(path)["pid"]
+    if pid != os.getpid() and _cmdline(pid) and "sptune" in _cmdline(pid):
+        raise UserError(f"the study in {study_dir} is still running (driver pid {pid}); stop it first "
+                        f"(Ctrl-C or kill {pid}), then resume")
+
+
+def ray_tag(study_dir: str | Path) -> str:
+    return "sptune-" + hashlib.sha1(str(Path(study_dir).resolve()).encode()).hexdigest()[:12]
+
+
+def ray_processes(tag: str) -> list[int]:
+    """PIDs whose environment carries `SPTUNE_RAY_TAG=<tag>` (Linux /proc; elsewhere none are found)."""
+    needle = f"{TAG_ENV}={tag}\0".encode()
+    pids = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if needle in (proc / "environ").read_bytes() and int(proc.name) != os.getpid():
+                pids.append(int(proc.name))
+        except OSError:
+            continue  # exited meanwhile, or not ours to read
+    return pids
+
+
+def stop_processes(pids: list[int], timeout: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL what is still alive after `timeout` seconds."""
+    if not pids:
+        return
+    log.warning("stopping %d leftover Ray process(es) of this study: %s", len(pids), pids)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+            time.sleep(0.2)
+        pids = [pid for pid in pids if _alive(pid)]
+        if not pids:
+            return
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state != "Z"  # a zombie is dead, only not yet reaped by its parent
+    except (OSError, IndexError):
+        return False
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""

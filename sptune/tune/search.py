@@ -1,0 +1,247 @@
+"""Search spaces: `search_spaces/<task>/<model>.yaml` -> an Optuna searcher (and optional ASHA) for Tune.
+
+A search-space file holds, per stage (pretrain / finetune / scratch), the grid of flattened config
+keys to search and the points to evaluate first (the paper's best values, Tables 4-6):
+
+    stages:
+      pretrain:
+        params: {optim.lr: [1.0e-3, 5.0e-4, 1.0e-4], optim.batch_size: [8, 32, 128]}
+        points: [{optim.lr: 1.0e-3, optim.batch_size: 128}]
+
+A list is a categorical grid; `{loguniform: [lo, hi]}` / `{uniform: [lo, hi]}` a continuous range.
+Sampler choice (optuna#2021: TPE on a small categorical grid proposes the same point again and
+again): a fully categorical grid is searched by Optuna's BruteForceSampler, which never repeats a
+point (enqueued points included) and caps the trial count at the grid size; spaces with a
+continuous range use TPE. Either way `UniqueOptunaSearch` refuses a point that already ran.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+import yaml
+from optuna.distributions import CategoricalDistribution, FloatDistribution
+from ray.tune.schedulers import ASHAScheduler
+from ray.tune.search import Searcher
+from ray.tune.search.optuna import OptunaSearch
+
+from sptune.config import STAGE_NAMES, from_dict
+from sptune.errors import UserError
+
+METRIC = "best_val"  # every trial reports its running best validation metric under this name
+MODE = "max"  # validation metrics here are accuracy / R2: higher is better
+TIME_ATTR = "step"  # our own optimizer step: Tune's iteration counters restart when a trial is restored
+SAMPLERS = ("auto", "brute", "tpe")
+RANGES = ("loguniform", "uniform")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class StageSpace:
+    params: dict[str, list[Any] | dict[str, list[float]]]
+    points: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def categorical(self) -> bool:
+        return all(isinstance(v, list) for v in self.params.values())
+
+    @property
+    def grid_size(self) -> int | None:
+        return math.prod(len(v) for v in self.params.values()) if self.categorical else None
+
+
+@dataclass
+class SearchSpace:
+    path: str
+    stages: dict[str, StageSpace]
+    task: str = ""  # the task / model the grid was made for ("" = any)
+    model: str = ""
+    num_samples: int = 9  # trials per stage; a categorical grid caps it at the grid size
+    max_concurrent: int = 2
+    seed: int = 0
+    sampler: str = "auto"
+    asha: dict[str, Any] | None = None  # {grace_period, reduction_factor}: early stopping, off when absent
+    resources: dict[str, float] = field(default_factory=dict)  # workers, cpus_per_worker, gpus_per_worker
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "task": self.task, "model": self.model, "num_samples": self.num_samples, "max_concurrent": self.max_concurrent,
+                "seed": self.seed, "sampler": self.sampler, "asha": self.asha, "resources": self.resources,
+                "stages": {s: {"params": sp.params, "points": sp.points} for s, sp in self.stages.items()}}
+
+
+def default_path(task: str, model: str) -> Path:
+    """search_spaces/<task>/<model>.yaml, looked up from the working directory, then the source tree."""
+    relative = Path("search_spaces") / task / f"{model}.yaml"
+    for candidate in (relative, REPO_ROOT / relative):
+        if candidate.is_file():
+            return candidate
+    raise UserError(f"no search space for task '{task}' / model '{model}' ({relative} not found); "
+                    f"pass one with --search-space")
+
+
+def load(path: str | Path) -> SearchSpace:
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"search space {p} does not exist; pass a search_spaces/<task>/<model>.yaml file")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise UserError(f"search space {p} is not valid YAML ({str(exc).splitlines()[0]})") from None
+    return parse(data, str(p))
+
+
+def parse(data: Any, path: str = "<search space>") -> SearchSpace:
+    """Validate a search-space mapping; every mistake is a UserError naming the file and the key."""
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: must be a mapping with a 'stages' section")
+    known = {"task", "model", "stages", "num_samples", "max_concurrent", "seed", "sampler", "asha", "resources"}
+    if set(data) - known:
+        raise UserError(f"{path}: unknown keys {sorted(set(data) - known)}; allowed: {', '.join(sorted(known))}")
+    stages = data.get("stages")
+    if not isinstance(stages, dict) or not stages or set(stages) - set(STAGE_NAMES):
+        raise UserError(f"{path}: 'stages' must map some of {', '.join(STAGE_NAMES)} to {{params, points}}")
+    space = SearchSpace(path=path, stages={name: _stage(path, name, spec) for name, spec in stages.items()},
+                        task=str(data.get("task", "")), model=str(data.get("model", "")))
+    for key in ("num_samples", "max_concurrent", "seed"):
+        if key in data:
+            value = data[key]
+            if not isinstance(value, int) or isinstance(value, bool) or value < (0 if key == "seed" else 1):
+                raise UserError(f"{path}: {key}={value!r} must be a positive integer")
+            setattr(space, key, value)
+    space.sampler = data.get("sampler", "auto")
+    if space.sampler not in SAMPLERS:
+        raise UserError(f"{path}: sampler={space.sampler!r}; choose one of: {', '.join(SAMPLERS)}")
+    if data.get("asha") is not None:
+        space.asha = _asha(path, data["asha"])
+    resources = data.get("resources") or {}
+    allowed = {"workers", "cpus_per_worker", "gpus_per_worker"}
+    if not isinstance(resources, dict) or set(resources) - allowed:
+        raise UserError(f"{path}: 'resources' may set only {', '.join(sorted(allowed))}")
+    space.resources = dict(resources)
+    return space
+
+
+def _stage(path: str, name: str, spec: Any) -> StageSpace:
+    where = f"{path}: stages.{name}"
+    if not isinstance(spec, dict) or not isinstance(spec.get("params"), dict) or not spec["params"]:
+        raise UserError(f"{where} needs 'params': a mapping of config keys (e.g. optim.lr) to value lists")
+    if set(spec) - {"params", "points"}:
+        raise UserError(f"{where}: unknown keys {sorted(set(spec) - {'params', 'points'})}; use params, points")
+    params: dict[str, Any] = {}
+    for key, values in spec["params"].items():
+        if isinstance(values, list):
+            if not values or len(set(map(repr, values))) != len(values):
+                raise UserError(f"{where}.params.{key}: give a non-empty list of distinct values")
+            for value in values:
+                check_value(where, key, value)
+        elif isinstance(values, dict) and len(values) == 1 and next(iter(values)) in RANGES:
+            kind, bounds = next(iter(values.items()))
+            if not (isinstance(bounds, list) and len(bounds) == 2 and 0 < float(bounds[0]) < float(bounds[1])):
+                raise UserError(f"{where}.params.{key}: {kind} needs [low, high] with 0 < low < high")
+            values = {kind: [float(bounds[0]), float(bounds[1])]}
+            check_value(where, key, values[kind][0])
+        else:
+            raise UserError(f"{where}.params.{key}: give a list of values or {{loguniform: [low, high]}}")
+        params[key] = values
+    stage = StageSpace(params=params, points=list(spec.get("points") or []))
+    for point in stage.points:
+        if not isinstance(point, dict) or set(point) != set(params):
+            raise UserError(f"{where}.points: each point must set exactly {', '.join(params)}; got {point!r}")
+        for key, value in point.items():
+            domain = params[key]
+            inside = (value in domain) if isinstance(domain, list) else \
+                (next(iter(domain.values()))[0] <= float(value) <= next(iter(domain.values()))[1])
+            if not inside:
+                raise UserError(f"{where}.points: {key}={value!r} is outside its grid {domain}; add it to params")
+    return stage
+
+
+def check_value(where: str, key: str, value: Any) -> None:
+    """A searched key must be a real config field and each value a valid setting of it."""
+    section, dot, name = key.partition(".")
+    if not dot or "." in name:
+        raise UserError(f"{where}.params: '{key}' must be a flattened config key section.field (e.g. optim.lr)")
+    try:
+        from_dict({section: {name: value}})
+    except UserError as exc:
+        raise UserError(f"{where}.params.{key}: {exc}") from None
+
+
+def _asha(path: str, spec: Any) -> dict[str, Any]:
+    spec = {} if spec is True else spec
+    if not isinstance(spec, dict) or set(spec) - {"grace_period", "reduction_factor"}:
+        raise UserError(f"{path}: asha takes grace_period (steps) and reduction_factor")
+    out = {"grace_period": int(spec.get("grace_period", 1)), "reduction_factor": float(spec.get("reduction_factor", 2))}
+    if out["grace_period"] < 1 or out["reduction_factor"] <= 1:
+        raise UserError(f"{path}: asha needs grace_period >= 1 and reduction_factor > 1")
+    return out
+
+
+def trial_count(stage: StageSpace, requested: int) -> int:
+    """A categorical grid has finitely many points: asking for more would repeat some."""
+    return min(requested, stage.grid_size) if stage.categorical else requested
+
+
+def grid_points(stage: StageSpace) -> list[dict[str, Any]]:
+    """Every point of a categorical grid (for tests and for reading a study's coverage)."""
+    keys = list(stage.params)
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(stage.params[k] for k in keys))]
+
+
+# ----------------------------------------------------------------------------- Ray Tune / Optuna objects
+def make_searcher(stage: StageSpace, sampler: str = "auto", seed: int = 0) -> "UniqueOptunaSearch":
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial is Tune's job
+    distributions = {
+        key: CategoricalDistribution(values) if isinstance(values, list)
+        else FloatDistribution(*next(iter(values.values())), log="loguniform" in values)
+        for key, values in stage.params.items()}
+    if sampler == "auto":
+        sampler = "brute" if stage.categorical else "tpe"
+    if sampler == "brute":
+        if not stage.categorical:
+            raise UserError("sampler=brute needs a fully categorical grid (lists only, no ranges)")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna_sampler = optuna.samplers.BruteForceSampler(seed=seed)
+    else:
+        optuna_sampler = optuna.samplers.TPESampler(seed=seed)
+    return UniqueOptunaSearch(space=distributions, metric=METRIC, mode=MODE,
+                                  points_to_evaluate=[dict(p) for p in stage.points] or None,
+                                  sampler=optuna_sampler)
+
+
+def make_scheduler(asha: dict[str, Any] | None, max_t: int):
+    if not asha:
+        return None  # FIFO: every trial runs to its last step
+    return ASHAScheduler(time_attr=TIME_ATTR, metric=METRIC, mode=MODE, max_t=max_t,
+                         grace_period=min(asha["grace_period"], max_t), reduction_factor=asha["reduction_factor"])
+
+
+class UniqueOptunaSearch(OptunaSearch):
+    """OptunaSearch that never hands out a point it has already handed out.
+
+    A repeat (TPE on categorical values) is told back to Optuna as pruned and another point asked
+    for; after MAX_REPEATS repeats in a row the searcher reports FINISHED instead of running a
+    duplicate. `_seen` is saved with the searcher's state, so a restored study remembers it.
+    """
+
+    MAX_REPEATS = 100
+
+    def suggest(self, trial_id: str):
+        seen = self.__dict__.setdefault("_seen", set())
+        for _ in range(self.MAX_REPEATS):
+            params = super().suggest(trial_id)
+            if not isinstance(params, dict):
+                return params
+            key = tuple(sorted((k, repr(v)) for k, v in params.items()))
+            if key not in seen:
+                seen.add(key)
+                return params
+            self._ot_study.tell(self._ot_trials.pop(trial_id), state=optuna.trial.TrialState.PRUNED)
+        return Searcher.FINISHED

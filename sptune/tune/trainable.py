@@ -1,0 +1,315 @@
+"""One trial = one stage run (`sptune.train.run_stage`) inside Ray Tune, by one of two paths:
+
+    direct  one CPU worker: the stage function runs in the Tune trial process itself; each eval is
+            reported with `ray.tune.report` and a checkpoint, restored with `ray.tune.get_checkpoint`.
+            Ray Train would add a controller and a worker actor (~10 s a trial) and nothing else.
+    train   N workers and/or GPUs: the trial launches a `TorchTrainer` (DDP: gloo on CPU, nccl on
+            GPU) under a deterministic run name, so a retried trial resumes that Train run from its
+            latest checkpoint; workers report with `ray.train.report`, and `TuneReportCallback`
+            forwards the metrics to Tune (`ray.train.report` may not be called in a Tune function).
+
+Files of a trial live in its run directory `<study>/<stage>/<stage>-<trial id>-<params>`: the
+trainer's own (config.yaml, last.pt, best.pt, result.json, tb/) plus trial.json (what ran where,
+every attempt with the step it started from) and progress.json (the latest eval, wall time).
+The run directory is the truth the results table is built from; Tune's checkpoints are copies of
+last.pt/best.pt that let a retried trial continue on a node without that directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+import socket
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from sptune import checkpoints
+from sptune.config import Config, from_dict, merge
+
+log = logging.getLogger("sptune.tune")
+
+PATHS = ("auto", "direct", "train")
+TRIAL = "trial.json"
+PROGRESS = "progress.json"
+WORKER = "worker.json"
+# The trial process of the train path only waits on its TorchTrainer: a sliver of a CPU, so the
+# workers get the real cores (on 2 cores a full CPU for it would leave one for training).
+DRIVER_CPUS = 0.01
+CARRIED = (checkpoints.LAST, checkpoints.BEST, PROGRESS)  # what a Tune / Train checkpoint holds
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """Everything a trial needs besides its searched params; identical across retries and resumes."""
+
+    stage: str
+    base: dict[str, Any]  # the stage's resolved config (file + overrides) as Config.to_dict()
+    study_dir: str
+    path: str  # "direct" | "train"
+    workers: int = 1
+    cpus_per_worker: float = 1.0
+    gpus_per_worker: float = 0.0
+    max_failures: int = 2  # Ray Train's own retries of a worker group (train path)
+    init: dict[str, Any] | None = None  # finetune: the selected pretraining trial {trial, run_dir, step, best_val}
+    hparam_domains: dict[str, list[Any]] = field(default_factory=dict)  # grids, for TensorBoard HParams
+
+    @property
+    def devices(self) -> int:
+        """Devices a trial occupies: GPUs when it has them, else one per CPU worker."""
+        return max(1, math.ceil(self.workers * (self.gpus_per_worker or 1)))
+
+
+def choose_path(workers: int, gpus_per_worker: float, forced: str = "auto") -> str:
+    """direct for one CPU worker (Train adds nothing there), the TorchTrainer otherwise."""
+    if forced != "auto":
+        return forced
+    return "direct" if workers == 1 and gpus_per_worker == 0 else "train"
+
+
+def trial_resources(spec: TrialSpec) -> dict[str, float]:
+    if spec.path == "direct":
+        return {"CPU": spec.cpus_per_worker}
+    return {"CPU": DRIVER_CPUS}  # the TorchTrainer reserves the workers' CPUs/GPUs itself
+
+
+def trial_config(spec: TrialSpec, params: dict[str, Any]) -> Config:
+    """The stage config with the trial's flattened params (`optim.lr`) applied."""
+    nested: dict[str, dict[str, Any]] = {}
+    for key, value in params.items():
+        section, _, name = key.partition(".")
+        nested.setdefault(section, {})[name] = value
+    cfg = from_dict(merge(spec.base, nested))
+    cfg.run.progress = False  # no tty in a trial; evals are printed as lines
+    if cfg.run.num_threads == 0:
+        cfg.run.num_threads = max(1, int(spec.cpus_per_worker))  # one torch thread per reserved core
+    return cfg
+
+
+def run_name(stage: str, trial_id: str, params: dict[str, Any]) -> str:
+    """`pretrain-<trial id>-lr=0.001-batch_size=32`: the stage first, so TensorBoard tells runs apart."""
+    short = "-".join(f"{key.rsplit('.', 1)[-1]}={value:g}" if isinstance(value, float)
+                     else f"{key.rsplit('.', 1)[-1]}={value}" for key, value in sorted(params.items()))
+    return f"{stage}-{trial_id}" + (f"-{short}" if short else "")
+
+
+def stage_trainable(params: dict[str, Any], spec: TrialSpec) -> None:
+    """The Tune function trainable (wrapped with tune.with_parameters(..., spec=spec))."""
+    from ray import tune
+
+    trial_id = tune.get_context().get_trial_id()
+    run_dir = Path(spec.study_dir) / spec.stage / run_name(spec.stage, trial_id, params)
+    done = finished_result(run_dir)
+    if done is not None:
+        # Finished before the study driver died but after Tune's last snapshot: never run it again.
+        tune.report(final_metrics(done))
+        return
+    cfg = trial_config(spec, params)
+    init_from = Path(spec.init["run_dir"]) if spec.init else None
+    if spec.path == "direct":
+        restore_files(tune.get_checkpoint(), run_dir)
+        with attempt(run_dir, spec, trial_id, params) as clock:
+            result = run_stage(cfg, spec.stage, init_from, report_to_tune(clock), run_dir)
+    else:
+        with attempt(run_dir, spec, trial_id, params) as clock:
+            result = run_under_torch_trainer(cfg, spec, run_dir, trial_id, init_from)
+    write_hparams(run_dir, spec, params, result)
+    tune.report(final_metrics(result, clock.total()))
+
+
+def run_stage(*args: Any) -> dict[str, Any]:
+    from sptune import train  # imported in the trial process: torch and the models load there
+
+    return train.run_stage(*args)
+
+
+# ----------------------------------------------------------------------------- reporting
+def eval_metrics(record: dict[str, Any], wall_seconds: float) -> dict[str, Any]:
+    """What Tune sees after each eval; `step` is ours (monotonic across restores), for ASHA and plots."""
+    return {"step": record["step"], "best_val": record["best_metric"], "best_step": record["best_step"],
+            "val_metric": record["val_metric"], "val_loss": record["val_loss"], "train_loss": record["train_loss"],
+            "lr": record["lr"], "tokens_per_s": record["tokens_per_s"], "wall_seconds": wall_seconds}
+
+
+def final_metrics(result: dict[str, Any], wall_seconds: float | None = None) -> dict[str, Any]:
+    best = result.get("best_val")
+    return {"step": result.get("steps", 0), "best_val": float("nan") if best is None else best,
+            "best_step": result.get("best_step", -1), "status": result["status"],
+            "test_metric": result.get("test_metric", float("nan")),
+            "wall_seconds": wall_seconds if wall_seconds is not None else result.get("wall_seconds", 0.0)}
+
+
+def report_to_tune(clock: "Clock"):
+    from ray import tune
+
+    def on_eval(record: dict[str, Any], run_dir: Path) -> None:
+        metrics = eval_metrics(record, clock.total())
+        checkpoints.write_json_atomic(metrics, run_dir / PROGRESS)
+        with checkpoint_dir(run_dir) as path:
+            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(path))
+
+    return on_eval
+
+
+@contextmanager
+def checkpoint_dir(run_dir: Path) -> Iterator[str]:
+    """A directory of hard links to the current last.pt/best.pt/progress.json: Ray copies it to
+    storage without us writing the checkpoint twice (the files are replaced, never rewritten)."""
+    path = tempfile.mkdtemp(dir=run_dir, prefix=".ckpt-")
+    try:
+        for name in CARRIED:
+            if (run_dir / name).is_file():
+                os.link(run_dir / name, Path(path) / name)
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def restore_files(checkpoint: Any, run_dir: Path) -> None:
+    """Bring last.pt/best.pt back from a Ray checkpoint when the run directory lacks them or is older
+    (a retry on another node, a lost disk); the trainer then resumes from last.pt as usual."""
+    if checkpoint is None:
+        return
+    with checkpoint.as_directory() as path:
+        saved = _step(Path(path) / PROGRESS)
+        if (run_dir / checkpoints.LAST).is_file() and saved <= _step(run_dir / PROGRESS):
+            return
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for name in CARRIED:
+            if (Path(path) / name).is_file():
+                tmp = run_dir / f".{name}.restore"
+                shutil.copyfile(Path(path) / name, tmp)
+                os.replace(tmp, run_dir / name)
+        log.info("restored %s from the Ray checkpoint at step %d", run_dir.name, saved)
+
+
+def _step(progress: Path) -> int:
+    return checkpoints.read_json(progress)["step"] if progress.is_file() else -1
+
+
+def finished_result(run_dir: Path) -> dict[str, Any] | None:
+    path = run_dir / checkpoints.RESULT
+    if not path.is_file():
+        return None
+    result = checkpoints.read_json(path)
+    return result if result.get("status") in ("completed", "failed") else None
+
+
+# ----------------------------------------------------------------------------- trial record
+class Clock:
+    """Wall seconds of a trial summed over its attempts (a killed attempt counts up to its last eval)."""
+
+    def __init__(self, before: float):
+        self.before, self.start = before, time.monotonic()
+
+    def total(self) -> float:
+        return self.before + time.monotonic() - self.start
+
+
+@contextmanager
+def attempt(run_dir: Path, spec: TrialSpec, trial_id: str, params: dict[str, Any]) -> Iterator[Clock]:
+    """Record in trial.json who ran this attempt, where, and from which step it starts."""
+    import ray
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / TRIAL
+    record = checkpoints.read_json(path) if path.is_file() else {
+        "trial_id": trial_id, "stage": spec.stage, "params": params, "path": spec.path, "workers": spec.workers,
+        "cpus_per_worker": spec.cpus_per_worker, "gpus_per_worker": spec.gpus_per_worker, "devices": spec.devices,
+        "init": spec.init, "attempts": []}
+    progress = checkpoints.read_json(run_dir / PROGRESS) if (run_dir / PROGRESS).is_file() else {}
+    clock = Clock(progress.get("wall_seconds", 0.0))
+    record["attempts"].append({"start_step": _resume_step(run_dir), "started": time.time(),
+                               "node_id": ray.get_runtime_context().get_node_id(),
+                               "hostname": socket.gethostname(), "pid": os.getpid()})
+    checkpoints.write_json_atomic(record, path)
+    log.info("trial %s (%s path) starts at step %d in %s", trial_id, spec.path,
+             record["attempts"][-1]["start_step"], run_dir)
+    yield clock
+    record["wall_seconds"] = clock.total()
+    checkpoints.write_json_atomic(record, path)
+
+
+def _resume_step(run_dir: Path) -> int:
+    last = run_dir / checkpoints.LAST
+    return int(checkpoints.load(last)["state"]["step"]) if last.is_file() else 0
+
+
+def write_hparams(run_dir: Path, spec: TrialSpec, params: dict[str, Any], result: dict[str, Any]) -> None:
+    """One HParams session per trial in its tb/ directory, next to the stage's scalars."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    hparams = dict(params, stage=spec.stage, path=spec.path, status=result["status"])
+    if spec.init:
+        hparams["init_trial"] = spec.init["trial"]
+    nan = float("nan")
+    metrics = {"hparams/best_val": result.get("best_val") if result.get("best_val") is not None else nan,
+               "hparams/final_val": result.get("final_val") if result.get("final_val") is not None else nan,
+               "hparams/test_metric": result.get("test_metric", nan), "hparams/best_step": result.get("best_step", -1)}
+    domains = {k: v for k, v in spec.hparam_domains.items() if k in params}
+    with SummaryWriter(str(run_dir / "tb")) as writer:
+        writer.add_hparams(hparams, metrics, hparam_domain_discrete=domains or None, run_name=".")
+
+
+# ----------------------------------------------------------------------------- the TorchTrainer path
+def run_under_torch_trainer(cfg: Config, spec: TrialSpec, run_dir: Path, trial_id: str,
+                            init_from: Path | None) -> dict[str, Any]:
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    resources = {"CPU": spec.cpus_per_worker, **({"GPU": spec.gpus_per_worker} if spec.gpus_per_worker else {})}
+    trainer = TorchTrainer(
+        train_worker,
+        train_loop_config={"cfg": cfg.to_dict(), "stage": spec.stage, "run_dir": str(run_dir),
+                           "init_from": str(init_from) if init_from else None},
+        scaling_config=ScalingConfig(num_workers=spec.workers, use_gpu=spec.gpus_per_worker > 0,
+                                     resources_per_worker=resources),
+        run_config=RunConfig(
+            # Deterministic: a retried or resumed trial finds this Train run and its checkpoints.
+            name=f"{spec.stage}-{trial_id}", storage_path=str(Path(spec.study_dir).resolve() / "train"),
+            failure_config=FailureConfig(max_failures=spec.max_failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=1), callbacks=[TuneReportCallback()]))
+    trainer.fit()
+    return checkpoints.read_json(run_dir / checkpoints.RESULT)
+
+
+def train_worker(loop_config: dict[str, Any]) -> None:
+    """Runs on every Ray Train worker; run_stage does the DDP itself when torch.distributed is up."""
+    import ray
+    import ray.train
+    import torch.distributed as dist
+
+    run_dir = Path(loop_config["run_dir"])
+    rank = ray.train.get_context().get_world_rank()
+    if rank == 0:
+        restore_files(ray.train.get_checkpoint(), run_dir)
+        checkpoints.write_json_atomic({"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
+                                       "hostname": socket.gethostname(),
+                                       "world_size": ray.train.get_context().get_world_size()}, run_dir / WORKER)
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()  # the other ranks read last.pt only after rank 0 restored it
+    clock = Clock(_step_wall(run_dir))
+
+    def on_eval(record: dict[str, Any], run_dir: Path) -> None:
+        # Every rank calls ray.train.report (it synchronizes the workers); rank 0 brings the checkpoint.
+        metrics = eval_metrics(record, clock.total())
+        if rank != 0:
+            ray.train.report(metrics)
+            return
+        checkpoints.write_json_atomic(metrics, run_dir / PROGRESS)
+        with checkpoint_dir(run_dir) as path:
+            ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(path))
+
+    init_from = Path(loop_config["init_from"]) if loop_config["init_from"] else None
+    run_stage(from_dict(loop_config["cfg"]), loop_config["stage"], init_from, on_eval, run_dir)
+
+
+def _step_wall(run_dir: Path) -> float:
+    progress = run_dir / PROGRESS
+    return checkpoints.read_json(progress).get("wall_seconds", 0.0) if progress.is_file() else 0.0
