@@ -43,16 +43,15 @@ def step_generator(seed: int, step: int) -> torch.Generator:
 
 
 def batch(split: Split, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(inputs, targets, lengths) of the examples in `index`, with the padding beyond the longest
-    sequence of the batch cut off: the model never computes on it (ListOps lengths vary 4x)."""
-    lengths = split.lengths[index]
-    longest = int(lengths.max())
+    """(inputs, targets, lengths) of the examples in `index`.
+
+    Sequences stay padded to the task's full length (as LRA and S4 do): bidirectional layers see the
+    padding, so cutting it per batch would make an example's output depend on its batch-mates.
+    """
     inputs = split.inputs[index]
     if not inputs.is_floating_point():
         inputs = inputs.long()  # token ids may be stored compactly (uint8 / int16): embeddings want int64
-    continuous = inputs.dim() == 3 and lengths.dim() == 1  # (B, L, C); paired tokens are (B, 2, L)
-    inputs = inputs[:, :longest] if continuous else inputs[..., :longest]
-    return inputs, split.targets[index], lengths
+    return inputs, split.targets[index], split.lengths[index]
 
 
 def eval_batches(split: Split, batch_size: int, limit: int = 0):

@@ -128,7 +128,7 @@ def summary(study_dir: str | Path, rows: list[dict[str, Any]] | None = None) -> 
              RULE, ""]
     header = (f"{'stage':9s} {'trials':>6s} {'ok':>3s} {'fail':>4s} {'stop':>4s}  {'best trial':30s} "
               + " ".join(f"{k.rsplit('.', 1)[-1]:>10s}" for k in keys)
-              + f" {'metric':>17s} {'val(best)':>9s} {'@step':>6s} {'test':>7s} {'wall s':>7s} {'device s':>8s}")
+              + f" {'metric':>17s} {'val(best)':>9s} {'@step':>6s} {'test':>7s} {'wall s':>7s} {'stage dev-s':>11s}")
     lines.append(header)
     for stage in STAGES:
         mine = [r for r in rows if r["stage"] == stage]
@@ -139,19 +139,20 @@ def summary(study_dir: str | Path, rows: list[dict[str, Any]] | None = None) -> 
         counts = [sum(r.get("status") == s for r in mine) for s in ("completed", "failed")]
         stopped = len(mine) - sum(counts)
         best = best_row(rows, stage)
-        stage_wall = sum(r.get("device_seconds") or 0.0 for r in mine)
+        stage_cost = sum(r.get("device_seconds") or 0.0 for r in mine)  # every trial of the stage
         if best is None:
             lines.append(f"{stage:9s} {len(mine):6d} {counts[0]:3d} {counts[1]:4d} {stopped:4d}  (no completed trial)")
             continue
         lines.append(f"{stage:9s} {len(mine):6d} {counts[0]:3d} {counts[1]:4d} {stopped:4d}  {best['trial_id']:30s} "
                      + " ".join(f"{_fmt(best.get(k)):>10s}" for k in keys)
                      + f" {best['metric']:>17s} {best['best_val']:9.4f} {best['best_step']:6d} "
-                     f"{best['test_metric']:7.4f} {best['wall_seconds'] or 0:7.0f} {stage_wall:8.0f}")
+                     f"{best['test_metric']:7.4f} {best['wall_seconds'] or 0:7.0f} {stage_cost:11.0f}")
     lines += _comparison(rows, state)
     failed = [r for r in rows if r.get("status") == "failed"]
     for r in failed:
         lines.append(f"failed: {r['stage']} {r['trial_id']}: {r.get('reason')}")
-    lines += ["", f"all trials ({len(rows)}): {study_dir / CSV_NAME}",
+    lines += ["", "wall s: the best trial's wall time; stage dev-s: device-seconds of all the stage's trials",
+              f"all trials ({len(rows)}): {study_dir / CSV_NAME}",
               f"TensorBoard: tensorboard --logdir {study_dir}   (runs are named <stage>/<stage>-<trial>-<params>)"]
     return "\n".join(lines)
 

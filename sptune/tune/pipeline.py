@@ -242,8 +242,9 @@ def ray_session(study_dir: Path, address: str | None = None) -> Iterator[None]:
                                   study_dir / DRIVER_FILE)
     os.environ[TAG_ENV] = tag
     try:
-        ray.init(address=address or "local", include_dashboard=False if address is None else None,
-                 logging_level=logging.WARNING)
+        # The dashboard stays on: Ray Train's PlacementGroupCleaner asks its state API whether a
+        # trial's controller is gone; without it stopped trials leak placement groups (ray#54305).
+        ray.init(address=address or "local", logging_level=logging.WARNING)
         yield
     finally:
         ray.shutdown()

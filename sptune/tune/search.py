@@ -18,6 +18,7 @@ continuous range use TPE. Either way `UniqueOptunaSearch` refuses a point that a
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -197,6 +198,7 @@ def grid_points(stage: StageSpace) -> list[dict[str, Any]]:
 # ----------------------------------------------------------------------------- Ray Tune / Optuna objects
 def make_searcher(stage: StageSpace, sampler: str = "auto", seed: int = 0) -> "UniqueOptunaSearch":
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial is Tune's job
+    logging.getLogger("ray.tune.search.optuna.optuna_search").addFilter(_quiet_exhausted_grid)
     distributions = {
         key: CategoricalDistribution(values) if isinstance(values, list)
         else FloatDistribution(*next(iter(values.values())), log="loguniform" in values)
@@ -214,6 +216,12 @@ def make_searcher(stage: StageSpace, sampler: str = "auto", seed: int = 0) -> "U
     return UniqueOptunaSearch(space=distributions, metric=METRIC, mode=MODE,
                                   points_to_evaluate=[dict(p) for p in stage.points] or None,
                                   sampler=optuna_sampler)
+
+
+def _quiet_exhausted_grid(record: logging.LogRecord) -> bool:
+    """BruteForceSampler stops its study when the last grid point is told; outside study.optimize
+    Optuna warns about that stop, which here only means "grid done"."""
+    return "Study.stop" not in record.getMessage()
 
 
 def make_scheduler(asha: dict[str, Any] | None, max_t: int):

@@ -259,7 +259,7 @@ def write_hparams(run_dir: Path, spec: TrialSpec, params: dict[str, Any], result
 # ----------------------------------------------------------------------------- the TorchTrainer path
 def run_under_torch_trainer(cfg: Config, spec: TrialSpec, run_dir: Path, trial_id: str,
                             init_from: Path | None) -> dict[str, Any]:
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
 
@@ -274,7 +274,8 @@ def run_under_torch_trainer(cfg: Config, spec: TrialSpec, run_dir: Path, trial_i
             # Deterministic: a retried or resumed trial finds this Train run and its checkpoints.
             name=f"{spec.stage}-{trial_id}", storage_path=str(Path(spec.study_dir).resolve() / "train"),
             failure_config=FailureConfig(max_failures=spec.max_failures),
-            checkpoint_config=CheckpointConfig(num_to_keep=1), callbacks=[TuneReportCallback()]))
+            checkpoint_config=CheckpointConfig(num_to_keep=1), callbacks=[TuneReportCallback()],
+            logging_config=LoggingConfig(log_level="WARNING")))  # each eval is already printed once
     trainer.fit()
     return checkpoints.read_json(run_dir / checkpoints.RESULT)
 

@@ -1,0 +1,189 @@
+"""PNG plots of a study (matplotlib, Agg backend: no display needed). Error bars are ± std over seeds."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
+
+plt.rcParams.update({"font.size": 10, "axes.grid": True, "grid.alpha": 0.3, "figure.dpi": 110})
+
+
+def _unit(metric: str | None) -> tuple[float, str]:
+    return (100.0, "test accuracy (%)") if metric == "accuracy" else (1.0, "test R²")
+
+
+def _stats(members: list[dict[str, Any]]) -> tuple[float | None, float]:
+    values = [m["test"] for m in members if m["test"] is not None]
+    if not values:
+        return None, 0.0
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def _metric(arm_rows: list[dict[str, Any]]) -> str | None:
+    return next((a["metric"] for a in arm_rows if a["metric"]), None)
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def _series(arm_rows: list[dict[str, Any]], line_key: str, x_key: str) -> dict[str, list[tuple[float, float, float]]]:
+    """{line: [(x, mean, std)]} over the arms, x sorted; arms without a finished test metric are left out."""
+    groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    for arm in arm_rows:
+        groups.setdefault((str(arm[line_key]), float(arm[x_key])), []).append(arm)
+    out: dict[str, list[tuple[float, float, float]]] = {}
+    for (line, x), members in groups.items():
+        mean, std = _stats(members)
+        if mean is not None:
+            out.setdefault(line, []).append((x, mean, std))
+    return {line: sorted(points) for line, points in out.items()}
+
+
+def fractions(table: dict, arm_rows: list[dict[str, Any]], path: Path) -> Path:
+    """Figure 3 layout: (left) test metric vs training fraction, scratch vs SPT; (right) relative gain."""
+    factor, ylabel = _unit(_metric(arm_rows))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    columns = list(dict.fromkeys(a["column"] for a in arm_rows))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, column in enumerate(columns):
+        mine = [a for a in arm_rows if a["column"] == column]
+        series = _series(mine, "arm", "fraction")
+        for arm, style, marker, label in (("scratch", "--", "o", "scratch"), ("masked", "-", "s", "SPT")):
+            points = series.get(arm, [])
+            if points:
+                xs, ys, es = zip(*points)
+                left.errorbar(xs, [y * factor for y in ys], yerr=[e * factor for e in es], fmt=style + marker,
+                              color=colors[i % len(colors)], capsize=3, label=f"{column}: {label}")
+        scratch = dict((x, y) for x, y, _ in series.get("scratch", []))
+        gains = [(x, 100.0 * (y - scratch[x]) / scratch[x]) for x, y, _ in series.get("masked", [])
+                 if scratch.get(x)]
+        if gains:
+            xs, ys = zip(*gains)
+            right.plot(xs, ys, "-o", color=colors[i % len(colors)], label=column)
+    fractions_run = sorted({a["fraction"] for a in arm_rows})
+    for ax in (left, right):
+        ax.set_xscale("log")
+        ax.set_xticks(fractions_run, [f"{f:g}" for f in fractions_run])
+        ax.minorticks_off()
+        ax.set_xlabel("fraction of the training set (log scale)")
+    left.set_ylabel(ylabel)
+    left.set_title("scratch (dashed) vs SPT (solid)")
+    right.axhline(0.0, color="black", linewidth=0.8)
+    right.set_ylabel("relative gain of SPT over scratch (%)")
+    right.set_title("relative gain")
+    left.legend(fontsize=8)
+    right.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def sizes(arm_rows: list[dict[str, Any]], layout: dict[str, Any], path: Path) -> Path:
+    """Appendix E: test metric vs parameter count, a line per model and arm."""
+    factor, ylabel = _unit(_metric(arm_rows))
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    done = [a for a in arm_rows if a["n_params"] is not None]
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (row, points) in enumerate(_series(done, "row", "n_params").items()):
+        xs, ys, es = zip(*points)
+        style = "-s" if "SPT" in row else "--o"
+        ax.errorbar(xs, [y * factor for y in ys], yerr=[e * factor for e in es], fmt=style,
+                    color=colors[i % len(colors)], capsize=3, label=row)
+        if layout.get("paper_on_plot"):
+            paper = [(a["budget"], a["paper"]["value"]) for a in arm_rows
+                     if a["row"] == row and a["paper"] and a["paper"]["value"] is not None]
+            if paper:
+                px, py = zip(*sorted(set(paper)))
+                ax.plot(px, py, ":", marker="x", color=colors[i % len(colors)], alpha=0.6, label=f"{row} (paper)")
+    ax.set_xscale("log")
+    ax.set_xlabel("parameters (log scale)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(layout.get("plot_title", "test metric vs model size"))
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return _save(fig, path)
+
+
+def shares(arm_rows: list[dict[str, Any]], layout: dict[str, Any], path: Path) -> Path:
+    """Appendix D: test metric vs the share of a fixed step budget spent on SPT (0% = scratch)."""
+    factor, ylabel = _unit(_metric(arm_rows))
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (column, points) in enumerate(_series(arm_rows, "column", "share").items()):
+        xs, ys, es = zip(*points)
+        ax.errorbar([100 * x for x in xs], [y * factor for y in ys], yerr=[e * factor for e in es], fmt="-o",
+                    color=colors[i % len(colors)], capsize=3, label=column)
+    ax.set_xticks([100 * s for s in sorted({a["share"] for a in arm_rows})])
+    ax.set_xlabel("share of the total step budget spent on SPT (%)   [0% = trained from scratch]")
+    ax.set_ylabel(ylabel)
+    ax.set_title(layout.get("plot_title", "compute-tied: SPT share of a fixed budget"))
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return _save(fig, path)
+
+
+def bars(arm_rows: list[dict[str, Any]], layout: dict[str, Any], path: Path) -> Path:
+    """Grouped bars: one group per task column, one bar per model and arm (Figure 1 / 2 style)."""
+    factor, ylabel = _unit(_metric(arm_rows))
+    rows = list(dict.fromkeys(a["row"] for a in arm_rows))
+    cols = list(dict.fromkeys(a["column"] for a in arm_rows))
+    models = list(dict.fromkeys(a["model"] for a in arm_rows))
+    color_of = {m: plt.get_cmap("tab10")(i % 10) for i, m in enumerate(models)}  # one colour per model
+    hatch_of = {"scratch": None, "masked": "///", "causal": "..."}  # the arm is the hatching
+    width = 0.8 / max(len(rows), 1)
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.28 * len(cols) * len(rows) + 4.0), 4.8))
+    labelled: set[str] = set()
+    for i, row in enumerate(rows):
+        first = next(a for a in arm_rows if a["row"] == row)
+        for j, col in enumerate(cols):
+            members = [a for a in arm_rows if a["row"] == row and a["column"] == col]
+            mean, std = _stats(members)
+            if mean is None:
+                continue  # not run for this task: no bar rather than a zero
+            n = sum(m["test"] is not None for m in members)
+            ax.bar(j + (i - (len(rows) - 1) / 2) * width, mean * factor, width, color=color_of[first["model"]],
+                   hatch=hatch_of.get(first["arm"]), edgecolor="white", linewidth=0.5,
+                   yerr=std * factor if n > 1 else None, capsize=2, label=None if row in labelled else row)
+            labelled.add(row)
+    ax.set_xticks(range(len(cols)))
+    ax.set_xticklabels(cols)
+    ax.set_ylabel(ylabel)
+    ax.set_title(layout.get("plot_title", "scratch (plain) vs SPT (hatched)"))
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return _save(fig, path)
+
+
+def kernels(per_task: dict[str, list[dict[str, Any]]], study_dir: Path) -> list[Path]:
+    """Figure 4: K_max(l) per layer, pretrained (solid) vs initialization (dashed), one PNG per task.
+    Mean over seeds; with more than 4 layers only odd layers are drawn, as in the paper."""
+    paths = []
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for column, runs in per_task.items():
+        n_layers = len(runs[0]["layers"])
+        shown = [i for i in range(n_layers) if n_layers <= 4 or i % 2 == 0]
+        fig, ax = plt.subplots(figsize=(7.5, 4.2))
+        for k, layer in enumerate(shown):
+            for which, style, suffix in (("pretrained", "-", "SPT"), ("init", "--", "init")):
+                curves = [r["layers"][layer][which] for r in runs]
+                mean = [statistics.fmean(values) for values in zip(*curves)]
+                ax.plot(range(len(mean)), mean, style, color=colors[k % len(colors)], linewidth=1.2,
+                        label=f"layer {layer + 1} {suffix}")
+        resolution = runs[0].get("resolution")
+        if resolution:  # 2D tasks: mark image rows, where §3.6 sees kernel peaks (PathX)
+            for x in range(resolution, runs[0]["seq_len"], resolution):
+                ax.axvline(x, color="grey", linewidth=0.4, alpha=0.5)
+        ax.set_yscale("log")
+        ax.set_xlabel("lag l (positions apart)")
+        ax.set_ylabel("K_max(l) = max over channels |K|")
+        init = "HiPPO init" if runs[0]["ssm_init"] == "structured" else "random init"
+        ax.set_title(f"{column}: {runs[0]['model']} kernels, SPT (solid) vs {init} (dashed)")
+        ax.legend(fontsize=8, ncol=2)
+        name = "kernels-" + "".join(ch if ch.isalnum() else "-" for ch in column).strip("-").lower() + ".png"
+        paths.append(_save(fig, study_dir / name))
+    return paths

@@ -1,0 +1,319 @@
+"""A study's results -> results.csv (every trial), summary.csv (per table entry), table.md and PNG plots.
+
+Everything is rebuilt from the cells' run directories (`sptune report <study dir>`), never from
+memory, so a report after a crash or a resume shows exactly what ran.
+
+Terms:
+    trial   one stage run (plain backend: one per stage; tune backend: every trial of the search)
+    arm     what a cell measures: "scratch" (scratch stage), "masked" / "causal" (SPT: the selected
+            pretraining trial -> the selected finetuning trial), or "pretrain" (pretraining only)
+    entry   the arms of one table position over seeds: mean ± std of the test metric (measured at the
+            best-validation checkpoint, Appendix C.1) and mean device-seconds of training, where an SPT
+            arm's seconds include its pretraining (so SPT and scratch compare at equal compute, App. D)
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from sptune.config import load as load_config
+from sptune.config import write_text_atomic
+from sptune.studies import plots
+from sptune.studies.runner import CELLS_DIR, ERROR_FILE, Plan, cell_rows, load_plan
+
+ARM_SUFFIX = {"scratch": "", "masked": " + Masked SPT", "causal": " + Causal SPT", "pretrain": " (pretrained)"}
+TRIAL_COLUMNS = ["study", "cell", "stage", "trial_id", "selected", "status", "reason", "metric", "best_val",
+                 "best_step", "test_metric", "steps", "train_seconds", "devices", "device_seconds",
+                 "flops_estimate", "n_params", "optim.lr", "optim.batch_size", "run_dir"]
+
+
+def row_label(model: str, arm: str) -> str:
+    return model + ARM_SUFFIX[arm]
+
+
+# ----------------------------------------------------------------------------- trials and arms
+def collect(study_dir: Path, plan: Plan) -> list[dict[str, Any]]:
+    """Every trial of every cell, with the cell's labels: the long-format results."""
+    rows = []
+    for cell in plan.cells:
+        for row in cell_rows(cell, study_dir / CELLS_DIR / cell.key):
+            row = {**{k: v for k, v in cell.labels.items()}, **row, "study": plan.study, "cell": cell.key}
+            row["device_seconds"] = (row.get("train_seconds") or 0.0) * (row.get("devices") or 1)
+            rows.append(row)
+    return rows
+
+
+def arms(study_dir: Path, plan: Plan, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for cell in plan.cells:
+        mine = [r for r in rows if r["cell"] == cell.key]
+        selected = {r["stage"]: r for r in mine if r.get("selected")}
+        chains: list[tuple[str, tuple[str, ...]]] = []
+        if "scratch" in cell.stages:
+            chains.append(("scratch", ("scratch",)))
+        if "finetune" in cell.stages:
+            chains.append((load_config(None, list(cell.overrides)).objective.kind, ("pretrain", "finetune")))
+        elif "pretrain" in cell.stages:
+            chains.append(("pretrain", ("pretrain",)))
+        error = study_dir / CELLS_DIR / cell.key / ERROR_FILE
+        for arm, chain in chains:
+            runs = [selected.get(stage) for stage in chain]
+            final = runs[-1] or {}
+            ok = all(r is not None and r.get("status") == "completed" for r in runs)
+            status = "completed" if ok else next((r["status"] for r in runs if r and r.get("status") != "completed"),
+                                                 "error" if error.is_file() else "missing")
+            out.append({**cell.labels, "cell": cell.key, "arm": arm, "row": row_label(cell.labels["model"], arm),
+                        "status": status, "metric": final.get("metric"),
+                        "test": final.get("test_metric") if ok else None, "val": final.get("best_val") if ok else None,
+                        "n_params": final.get("n_params"),
+                        "device_seconds": sum(r["device_seconds"] for r in runs if r),
+                        "search_device_seconds": sum(r["device_seconds"] for r in mine if r["stage"] in chain),
+                        "flops": sum(r.get("flops_estimate") or 0.0 for r in runs if r),
+                        "paper": cell.paper.get(arm), "run_dir": final.get("run_dir")})
+    return out
+
+
+def entries(arm_rows: list[dict[str, Any]], row_key: str, col_key: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """Group arms (seeds) by (row, column): mean and std of the test metric, mean device-seconds."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for arm in arm_rows:
+        groups.setdefault((str(arm[row_key]), str(arm[col_key])), []).append(arm)
+    out = {}
+    for key, members in groups.items():
+        done = [m for m in members if m["test"] is not None]
+        values = [m["test"] for m in done]
+        out[key] = {
+            "n": len(values), "runs": len(members), "mean": statistics.fmean(values) if values else None,
+            "std": statistics.stdev(values) if len(values) > 1 else None,
+            "seconds": statistics.fmean(m["device_seconds"] for m in members),
+            "search_seconds": statistics.fmean(m["search_device_seconds"] for m in members),
+            "n_params": statistics.fmean(m["n_params"] for m in done) if done else None,
+            "metric": next((m["metric"] for m in done), None), "paper": members[0]["paper"],
+            "status": ",".join(sorted({m["status"] for m in members if m["status"] != "completed"})),
+            "members": members,
+        }
+    return out
+
+
+# ----------------------------------------------------------------------------- formatting
+def scale(metric: str | None) -> float:
+    """Accuracies print in % as the paper's tables; R² as is."""
+    return 100.0 if metric == "accuracy" else 1.0
+
+
+def fmt_value(value: float | None, metric: str | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    return f"{value * scale(metric):.2f}" if metric == "accuracy" else f"{value:.3f}"
+
+
+def fmt_entry(entry: dict[str, Any] | None, show_paper: bool = True) -> str:
+    if entry is None:
+        return ""
+    if entry["mean"] is None:
+        text = f"not done ({entry['status']})"
+    else:
+        text = fmt_value(entry["mean"], entry["metric"])
+        if entry["std"] is not None:
+            text += f" ± {fmt_value(entry['std'], entry['metric'])}"
+        if entry["n"] != entry["runs"]:
+            text += f" ({entry['n']}/{entry['runs']} seeds)"
+        text += f" · {fmt_seconds(entry['seconds'])}"
+    paper = entry.get("paper")
+    if show_paper and paper and paper.get("value") is not None:
+        text += f" [paper {paper['value']:g}]"
+    return text
+
+
+def fmt_seconds(seconds: float) -> str:
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    return f"{seconds:.0f} s" if seconds < 10_000 else f"{seconds / 3600:.1f} h"
+
+
+def markdown_table(header: list[str], body: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in body]
+    return "\n".join(lines)
+
+
+def ordered(values: list[str]) -> list[str]:
+    """Unique values in first-seen order (the plan's order is the table's)."""
+    return list(dict.fromkeys(values))
+
+
+# ----------------------------------------------------------------------------- layouts
+def grid_table(arm_rows: list[dict[str, Any]], layout: dict[str, Any]) -> str:
+    """Rows = model + arm (or the layout's row key), columns = the layout's column key, optional Avg."""
+    row_key, col_key = layout.get("row", "row"), layout["col"]
+    table = entries(arm_rows, row_key, col_key)
+    rows = ordered([str(a[row_key]) for a in arm_rows])
+    cols = ordered([str(a[col_key]) for a in arm_rows])
+    average = layout.get("average")
+    header = [layout.get("row_title", ""), *cols] + (["Avg."] if average is not None else [])
+    body = []
+    for row in rows:
+        line = [row] + [fmt_entry(table.get((row, col))) for col in cols]
+        if average is not None:
+            line.append(average_entry(row, cols, table, average))
+        body.append(line)
+    return markdown_table(header, body)
+
+
+def average_entry(row: str, cols: list[str], table: dict, average: dict[str, Any]) -> str:
+    """The paper's average: the mean over the row's tasks, leaving out average["exclude"] (PathX-256, Table 2)."""
+    used = [c for c in cols if c not in average.get("exclude", [])]
+    means = [table[(row, c)]["mean"] for c in used if (row, c) in table and table[(row, c)]["mean"] is not None]
+    metric = next((table[(row, c)]["metric"] for c in used if (row, c) in table), None)
+    text = fmt_value(statistics.fmean(means), metric) if means else "—"
+    if means and len(means) < len(used):
+        text += f" ({len(means)} of {len(used)} tasks)"
+    paper = average.get("paper", {}).get(row)
+    if paper and paper.get("value") is not None:
+        text += f" [paper {paper['value']:g}]"
+    return text
+
+
+def fraction_table(arm_rows: list[dict[str, Any]], layout: dict[str, Any]) -> str:
+    """Rows = training fraction; per task: scratch, SPT, relative gain of SPT over scratch (Figure 3, right)."""
+    table = entries(arm_rows, "fraction", "column_arm")
+    fractions = sorted({a["fraction"] for a in arm_rows})
+    cols = ordered([a["column"] for a in arm_rows])
+    header = ["train fraction"] + [f"{c} {what}" for c in cols for what in ("scratch", "SPT", "gain")]
+    body = []
+    for fraction in fractions:
+        line = [f"{fraction:g}"]
+        for col in cols:
+            scratch = table.get((str(fraction), f"{col}|scratch"))
+            spt = table.get((str(fraction), f"{col}|masked"))
+            line += [fmt_entry(scratch), fmt_entry(spt), fmt_gain(scratch, spt)]
+        body.append(line)
+    return markdown_table(header, body)
+
+
+def relative_gain(scratch: dict[str, Any] | None, spt: dict[str, Any] | None) -> float | None:
+    if not scratch or not spt or scratch["mean"] in (None, 0.0) or spt["mean"] is None:
+        return None
+    return (spt["mean"] - scratch["mean"]) / scratch["mean"]
+
+
+def fmt_gain(scratch: dict[str, Any] | None, spt: dict[str, Any] | None) -> str:
+    gain = relative_gain(scratch, spt)
+    return "—" if gain is None else f"{gain:+.1%}"
+
+
+def kernel_table(study_dir: Path, plan: Plan, arm_rows: list[dict[str, Any]]) -> tuple[str, dict[str, list]]:
+    """Per task and layer: the lag holding 90% of sum_l K_max(l), pretrained vs initialization (mean ± std)."""
+    from sptune.studies import kernel_analysis
+
+    per_task: dict[str, list[dict[str, Any]]] = {}
+    for arm in arm_rows:
+        if arm["status"] == "completed":
+            data = kernel_data(study_dir / CELLS_DIR / arm["cell"], arm["run_dir"])
+            per_task.setdefault(arm["column"], []).append({**data, "seconds": arm["device_seconds"]})
+    body = []
+    for column, runs in per_task.items():
+        for layer in range(len(runs[0]["layers"])):
+            radii = {which: [kernel_analysis.mass_radius(_tensor(r["layers"][layer][which])) for r in runs]
+                     for which in ("pretrained", "init")}
+            body.append([column, str(layer + 1), str(runs[0]["seq_len"]), fmt_stat(radii["pretrained"]),
+                         fmt_stat(radii["init"]), str(len(runs)),
+                         fmt_seconds(statistics.fmean(r["seconds"] for r in runs))])
+    header = ["task", "layer", "L", "90% K_max mass within lag (pretrained)", "same, at init (HiPPO)", "seeds",
+              "pretraining"]
+    return markdown_table(header, body), per_task
+
+
+def kernel_data(cell_dir: Path, run_dir: str) -> dict[str, Any]:
+    """K_max curves of a pretraining run, computed once from its best.pt and kept in kmax.json."""
+    from sptune import checkpoints
+    from sptune.studies import kernel_analysis
+
+    path = cell_dir / "kmax.json"
+    if path.is_file() and checkpoints.read_json(path).get("run_dir") == run_dir:
+        return checkpoints.read_json(path)
+    data = kernel_analysis.pretrained_vs_init(run_dir)
+    checkpoints.write_json_atomic(data, path)
+    return data
+
+
+def _tensor(values: list[float]):
+    import torch
+
+    return torch.tensor(values)
+
+
+def fmt_stat(values: list[float]) -> str:
+    mean = statistics.fmean(values)
+    return f"{mean:.0f}" + (f" ± {statistics.stdev(values):.0f}" if len(values) > 1 else "")
+
+
+# ----------------------------------------------------------------------------- files
+def write_csv(rows: list[dict[str, Any]], path: Path, first: list[str]) -> Path:
+    columns = first + [k for k in ordered([k for r in rows for k in r]) if k not in first]
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text_atomic(path, out.getvalue())
+    return path
+
+
+def header_lines(plan: Plan, study_dir: Path, arm_rows: list[dict[str, Any]]) -> list[str]:
+    seeds = sorted({a.get("seed") for a in arm_rows if a.get("seed") is not None})
+    lines = [f"# {plan.title}", ""]
+    if plan.smoke:
+        lines += ["**Smoke test**: the embedded tasks stand in for the paper's (column names say which), with "
+                  "tiny models and a few steps per stage. The numbers check the pipeline, not the paper; the "
+                  "paper's values are shown for orientation only.", ""]
+    lines += [f"- axis: {plan.axis}", f"- nuisance: {plan.nuisance}", f"- fixed: {plan.fixed}",
+              f"- backend: `{plan.backend}`" + (" (Ray Tune + Optuna search per stage)" if plan.backend == "tune"
+                                               else " (train.run_stage at the paper's values, no search)"),
+              f"- seeds: {', '.join(map(str, seeds))}; entries are mean ± std over seeds of the test metric at the "
+              f"best-validation checkpoint, `· s` = device-seconds of training (SPT includes pretraining), "
+              f"[paper x] = the paper's number for the same entry"]
+    for name, command in plan.commands.items():
+        lines.append(f"- {name}: `{command}`")
+    lines += [f"- every trial: `results.csv`; every entry: `summary.csv`; study directory `{study_dir}`", ""]
+    return lines
+
+
+def write(study_dir: str | Path) -> dict[str, Any]:
+    study_dir = Path(study_dir).resolve()
+    plan = load_plan(study_dir)
+    rows = collect(study_dir, plan)
+    arm_rows = arms(study_dir, plan, rows)
+    for arm in arm_rows:
+        arm["column_arm"] = f"{arm.get('column')}|{arm['arm']}"
+    layout = plan.layout
+    results_csv = write_csv(rows, study_dir / "results.csv", TRIAL_COLUMNS)
+    summary_csv = write_csv([{k: v for k, v in a.items() if k != "paper"} | {
+        "paper_value": (a["paper"] or {}).get("value"), "paper_source": (a["paper"] or {}).get("source")}
+        for a in arm_rows], study_dir / "summary.csv", ["study", "cell", "row", "arm", "status", "test"])
+    lines = header_lines(plan, study_dir, arm_rows)
+    pngs: list[Path] = []
+    kind = layout["kind"]
+    if kind == "kernels":
+        table, per_task = kernel_table(study_dir, plan, arm_rows)
+        lines += ["## K_max decay per layer (§3.6, Figure 4)", "", table, ""]
+        pngs += plots.kernels(per_task, study_dir)
+    elif kind == "fraction":
+        lines += ["## Test metric vs training-data fraction (§3.4, Figure 3)", "", fraction_table(arm_rows, layout), ""]
+        pngs.append(plots.fractions(entries(arm_rows, "fraction", "column_arm"), arm_rows, study_dir / "fractions.png"))
+    else:
+        lines += [f"## {layout.get('heading', 'Results')}", "", grid_table(arm_rows, layout), ""]
+        for name in layout.get("plots", []):
+            pngs.append(getattr(plots, name)(arm_rows, layout, study_dir / f"{name}.png"))
+    failed = [a for a in arm_rows if a["status"] != "completed"]
+    if failed:
+        lines += ["Not completed: " + ", ".join(f"{a['cell']}/{a['arm']} ({a['status']})" for a in failed), ""]
+    lines += [f"- {note}" for note in plan.notes] + ([""] if plan.notes else [])
+    lines += [f"![{p.stem}]({p.name})" for p in pngs]
+    table_md = study_dir / "table.md"
+    write_text_atomic(table_md, "\n".join(lines) + "\n")
+    return {"results": results_csv, "summary": summary_csv, "table": table_md, "plots": pngs}
