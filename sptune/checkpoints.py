@@ -8,12 +8,12 @@ a killed run never leaves half a checkpoint, and loaded with weights_only=True.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from sptune import atomic
 
 LAST = "last.pt"
 BEST = "best.pt"
@@ -21,15 +21,8 @@ RESULT = "result.json"
 
 
 def save_atomic(obj: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    os.close(fd)
-    try:
+    with atomic.replacing(path) as tmp:
         torch.save(obj, tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def load(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
@@ -37,11 +30,7 @@ def load(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]
 
 
 def write_json_atomic(obj: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+    atomic.write_json(path, obj)
 
 
 def read_json(path: Path) -> dict[str, Any]:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
 
 import yaml
 
+from sptune import atomic
 from sptune.errors import UserError
 
 
@@ -256,12 +256,8 @@ def dump(cfg: Config, path: str | os.PathLike) -> None:
     """Write the resolved config as YAML, atomically (a reader never sees half a file)."""
     data = cfg.to_dict()
     data["optim"]["betas"] = list(data["optim"]["betas"])
-    write_text_atomic(Path(path), yaml.safe_dump(data, sort_keys=False))
+    atomic.write_text(path, yaml.safe_dump(data, sort_keys=False))
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    atomic.write_text(path, text)

@@ -71,7 +71,9 @@ TABLE_2 = PaperTable(
     },
     missing="computationally infeasible (left out of the Avg., e.g. Pythia averages 5 tasks) or unreported",
     notes=("S4's PathX-256 (67.82) is the paper's reproduction (†), not Gu et al.'s number.",
-           "The reported Avg. of 'S4 + Masked SPT' (86.75) is not the mean of its six LRA cells (86.93)."),
+           "The reported Avg. of 'S4 + Masked SPT' (86.75) is not the mean of its six LRA cells (86.93).",
+           "'Pythia 70M (Rand Init)' averages its five tasks (62.76); 'Pythia 70M' (68.04) matches six tasks with "
+           "PathX at 50, not its five-task mean (71.64)."),
 )
 
 # §3.3 / Appendix C.2, Table 7: structured vs random init of S4 and DLR, scratch vs SPT.

@@ -86,25 +86,35 @@ def fractions(table: dict, arm_rows: list[dict[str, Any]], path: Path) -> Path:
     return _save(fig, path)
 
 
+def _count_label(value: float, _position: Any = None) -> str:
+    return f"{value / 1e6:g}M" if value >= 1e6 else f"{value / 1e3:g}K"
+
+
 def sizes(arm_rows: list[dict[str, Any]], layout: dict[str, Any], path: Path) -> Path:
-    """Appendix E: test metric vs parameter count, a line per model and arm."""
+    """Appendix E: test metric vs parameter count; a colour per model, scratch dashed, SPT solid."""
     factor, ylabel = _unit(_metric(arm_rows))
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     done = [a for a in arm_rows if a["n_params"] is not None]
+    models = list(dict.fromkeys(a["model"] for a in arm_rows))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, (row, points) in enumerate(_series(done, "row", "n_params").items()):
+    for row, points in _series(done, "row", "n_params").items():
+        first = next(a for a in arm_rows if a["row"] == row)
+        color = colors[models.index(first["model"]) % len(colors)]
         xs, ys, es = zip(*points)
-        style = "-s" if "SPT" in row else "--o"
-        ax.errorbar(xs, [y * factor for y in ys], yerr=[e * factor for e in es], fmt=style,
-                    color=colors[i % len(colors)], capsize=3, label=row)
+        style = "--o" if first["arm"] == "scratch" else "-s"
+        ax.errorbar(xs, [y * factor for y in ys], yerr=[e * factor for e in es], fmt=style, color=color,
+                    capsize=3, label=row)
         if layout.get("paper_on_plot"):
-            paper = [(a["budget"], a["paper"]["value"]) for a in arm_rows
-                     if a["row"] == row and a["paper"] and a["paper"]["value"] is not None]
+            paper = sorted({(a["budget"], a["paper"]["value"]) for a in arm_rows
+                            if a["row"] == row and a["paper"] and a["paper"]["value"] is not None})
             if paper:
-                px, py = zip(*sorted(set(paper)))
-                ax.plot(px, py, ":", marker="x", color=colors[i % len(colors)], alpha=0.6, label=f"{row} (paper)")
+                px, py = zip(*paper)
+                ax.plot(px, py, ":", marker="x", color=color, alpha=0.6, label=f"{row} (paper)")
     ax.set_xscale("log")
-    ax.set_xlabel("parameters (log scale)")
+    budgets = sorted({a["budget"] for a in arm_rows})
+    ax.set_xticks(budgets, [_count_label(b) for b in budgets])
+    ax.minorticks_off()
+    ax.set_xlabel("parameters (log scale; ticks at the budgets, points at the exact counts)")
     ax.set_ylabel(ylabel)
     ax.set_title(layout.get("plot_title", "test metric vs model size"))
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
@@ -112,50 +122,67 @@ def sizes(arm_rows: list[dict[str, Any]], layout: dict[str, Any], path: Path) ->
 
 
 def shares(arm_rows: list[dict[str, Any]], layout: dict[str, Any], path: Path) -> Path:
-    """Appendix D: test metric vs the share of a fixed step budget spent on SPT (0% = scratch)."""
+    """Appendix D: test metric vs the share of a fixed step budget spent on SPT (0% = scratch), a panel per
+    task and a line per model."""
     factor, ylabel = _unit(_metric(arm_rows))
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    tasks = list(dict.fromkeys(a["task"] for a in arm_rows))
+    models = list(dict.fromkeys(a["model"] for a in arm_rows))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, (column, points) in enumerate(_series(arm_rows, "column", "share").items()):
-        xs, ys, es = zip(*points)
-        ax.errorbar([100 * x for x in xs], [y * factor for y in ys], yerr=[e * factor for e in es], fmt="-o",
-                    color=colors[i % len(colors)], capsize=3, label=column)
-    ax.set_xticks([100 * s for s in sorted({a["share"] for a in arm_rows})])
-    ax.set_xlabel("share of the total step budget spent on SPT (%)   [0% = trained from scratch]")
-    ax.set_ylabel(ylabel)
-    ax.set_title(layout.get("plot_title", "compute-tied: SPT share of a fixed budget"))
-    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5.0 * len(tasks), 4.2), squeeze=False)
+    shares_run = sorted({a["share"] for a in arm_rows})
+    for ax, task in zip(axes[0], tasks):
+        mine = [a for a in arm_rows if a["task"] == task]
+        for model, points in _series(mine, "model", "share").items():
+            xs, ys, es = zip(*points)
+            i = models.index(model)  # a marker per model too, so equal values stay visible
+            ax.errorbar([100 * x for x in xs], [y * factor for y in ys], yerr=[e * factor for e in es],
+                        fmt="-" + "osD^v"[i % 5], markersize=7 - 2 * (i % 2), color=colors[i % len(colors)],
+                        capsize=3, label=model)
+        ax.set_xticks([100 * s for s in shares_run],
+                      ["0\n(scratch)" if s == 0 else f"{100 * s:.0f}" for s in shares_run])
+        ax.set_xlabel("share of the step budget spent on SPT (%)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(mine[0]["column"].rsplit(" · ", 1)[0])
+        ax.legend(fontsize=8)
+    fig.suptitle(layout.get("plot_title", "compute-tied: SPT share of a fixed budget"))
     return _save(fig, path)
 
 
 def bars(arm_rows: list[dict[str, Any]], layout: dict[str, Any], path: Path) -> Path:
-    """Grouped bars: one group per task column, one bar per model and arm (Figure 1 / 2 style)."""
-    factor, ylabel = _unit(_metric(arm_rows))
+    """Grouped bars: one group per task column, one bar per model and arm (Figure 1 / 2 style); a colour per
+    model, the arm as hatching. Accuracy and R² columns get separate panels."""
     rows = list(dict.fromkeys(a["row"] for a in arm_rows))
-    cols = list(dict.fromkeys(a["column"] for a in arm_rows))
     models = list(dict.fromkeys(a["model"] for a in arm_rows))
-    color_of = {m: plt.get_cmap("tab10")(i % 10) for i, m in enumerate(models)}  # one colour per model
-    hatch_of = {"scratch": None, "masked": "///", "causal": "..."}  # the arm is the hatching
+    color_of = {m: plt.get_cmap("tab10")(i % 10) for i, m in enumerate(models)}
+    hatch_of = {"scratch": None, "masked": "///", "causal": "..."}
+    metric_of = {}
+    for a in arm_rows:
+        if a["metric"]:
+            metric_of.setdefault(a["column"], a["metric"])
+    panels = list(dict.fromkeys(metric_of.get(a["column"]) for a in arm_rows))
     width = 0.8 / max(len(rows), 1)
-    fig, ax = plt.subplots(figsize=(max(8.0, 0.28 * len(cols) * len(rows) + 4.0), 4.8))
+    n_cols = len({a["column"] for a in arm_rows})
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(8.0, 0.28 * n_cols * len(rows) + 4.0), 4.8), squeeze=False)
     labelled: set[str] = set()
-    for i, row in enumerate(rows):
-        first = next(a for a in arm_rows if a["row"] == row)
-        for j, col in enumerate(cols):
-            members = [a for a in arm_rows if a["row"] == row and a["column"] == col]
-            mean, std = _stats(members)
-            if mean is None:
-                continue  # not run for this task: no bar rather than a zero
-            n = sum(m["test"] is not None for m in members)
-            ax.bar(j + (i - (len(rows) - 1) / 2) * width, mean * factor, width, color=color_of[first["model"]],
-                   hatch=hatch_of.get(first["arm"]), edgecolor="white", linewidth=0.5,
-                   yerr=std * factor if n > 1 else None, capsize=2, label=None if row in labelled else row)
-            labelled.add(row)
-    ax.set_xticks(range(len(cols)))
-    ax.set_xticklabels(cols)
-    ax.set_ylabel(ylabel)
-    ax.set_title(layout.get("plot_title", "scratch (plain) vs SPT (hatched)"))
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    for ax, metric in zip(axes[0], panels):
+        factor, ylabel = _unit(metric)
+        cols = list(dict.fromkeys(a["column"] for a in arm_rows if metric_of.get(a["column"]) == metric))
+        for i, row in enumerate(rows):
+            for j, col in enumerate(cols):
+                members = [a for a in arm_rows if a["row"] == row and a["column"] == col]
+                mean, std = _stats(members)
+                if mean is None:
+                    continue  # not run (or not finished) for this task: no bar rather than a zero
+                n = sum(m["test"] is not None for m in members)
+                ax.bar(j + (i - (len(rows) - 1) / 2) * width, mean * factor, width,
+                       color=color_of[members[0]["model"]], hatch=hatch_of.get(members[0]["arm"]), edgecolor="white",
+                       linewidth=0.5, yerr=std * factor if n > 1 else None, capsize=2,
+                       label=None if row in labelled else row)
+                labelled.add(row)
+        ax.set_xticks(range(len(cols)), cols)
+        ax.set_ylabel(ylabel)
+    fig.suptitle(layout.get("plot_title", "scratch (solid) vs SPT (hatched)"))
+    fig.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     return _save(fig, path)
 
 
@@ -182,8 +209,9 @@ def kernels(per_task: dict[str, list[dict[str, Any]]], study_dir: Path) -> list[
         ax.set_xlabel("lag l (positions apart)")
         ax.set_ylabel("K_max(l) = max over channels |K|")
         init = "HiPPO init" if runs[0]["ssm_init"] == "structured" else "random init"
-        ax.set_title(f"{column}: {runs[0]['model']} kernels, SPT (solid) vs {init} (dashed)")
+        ax.set_title(f"{column}: {runs[0]['label']} kernels, SPT (solid) vs {init} (dashed)")
         ax.legend(fontsize=8, ncol=2)
-        name = "kernels-" + "".join(ch if ch.isalnum() else "-" for ch in column).strip("-").lower() + ".png"
+        slug = "-".join("".join(ch if ch.isalnum() else " " for ch in column).lower().split())
+        name = f"kernels-{slug}.png"
         paths.append(_save(fig, study_dir / name))
     return paths

@@ -65,9 +65,11 @@ def arms(study_dir: Path, plan: Plan, rows: list[dict[str, Any]]) -> list[dict[s
             runs = [selected.get(stage) for stage in chain]
             final = runs[-1] or {}
             ok = all(r is not None and r.get("status") == "completed" for r in runs)
-            status = "completed" if ok else next((r["status"] for r in runs if r and r.get("status") != "completed"),
-                                                 "error" if error.is_file() else "missing")
-            out.append({**cell.labels, "cell": cell.key, "arm": arm, "row": row_label(cell.labels["model"], arm),
+            status = "completed" if ok else stage_status(mine, chain, error.is_file())
+            row = row_label(cell.labels["model"], arm)
+            if plan.layout.get("merge_spt") and arm in ("masked", "causal"):
+                row = cell.labels["model"] + " + SPT"  # Table 3 has one SPT row per model
+            out.append({**cell.labels, "cell": cell.key, "arm": arm, "row": row,
                         "status": status, "metric": final.get("metric"),
                         "test": final.get("test_metric") if ok else None, "val": final.get("best_val") if ok else None,
                         "n_params": final.get("n_params"),
@@ -76,6 +78,16 @@ def arms(study_dir: Path, plan: Plan, rows: list[dict[str, Any]]) -> list[dict[s
                         "flops": sum(r.get("flops_estimate") or 0.0 for r in runs if r),
                         "paper": cell.paper.get(arm), "run_dir": final.get("run_dir")})
     return out
+
+
+def stage_status(rows: list[dict[str, Any]], chain: tuple[str, ...], errored: bool) -> str:
+    """Why an arm has no result: the first stage of its chain without a completed selected trial."""
+    for stage in chain:
+        mine = [r for r in rows if r["stage"] == stage]
+        if not any(r.get("selected") and r.get("status") == "completed" for r in mine):
+            found = sorted({str(r.get("status")) for r in mine})
+            return f"{stage} {'/'.join(found)}" if found else f"{stage} {'error' if errored else 'missing'}"
+    return "missing"
 
 
 def entries(arm_rows: list[dict[str, Any]], row_key: str, col_key: str) -> dict[tuple[str, str], dict[str, Any]]:
@@ -215,7 +227,8 @@ def kernel_table(study_dir: Path, plan: Plan, arm_rows: list[dict[str, Any]]) ->
     for arm in arm_rows:
         if arm["status"] == "completed":
             data = kernel_data(study_dir / CELLS_DIR / arm["cell"], arm["run_dir"])
-            per_task.setdefault(arm["column"], []).append({**data, "seconds": arm["device_seconds"]})
+            per_task.setdefault(arm["column"], []).append({**data, "seconds": arm["device_seconds"],
+                                                           "label": arm["model"]})
     body = []
     for column, runs in per_task.items():
         for layer in range(len(runs[0]["layers"])):

@@ -169,10 +169,8 @@ def run_cell_plain(cell: Cell, cell_dir: Path) -> None:
             continue
         init_from = None
         if stage == "finetune":
-            pre = final_result(cell_dir / "pretrain")
-            if pre is None or pre["status"] != "completed":
-                raise UserError(f"{cell.key}: pretraining did not complete ({(pre or {}).get('reason')}); "
-                                f"no finetuning")
+            if final_result(cell_dir / "pretrain")["status"] == "failed":
+                continue  # nothing to finetune; the report shows the SPT arm as failed, with the reason
             init_from = cell_dir / "pretrain"
         space = cell.space if cell.space is not None else repo_space(cell)
         cfg = load_config(None, list(cell.overrides) + plain_point(space, stage) + ["run.progress=false"],
@@ -293,7 +291,9 @@ def cell_rows(cell: Cell, cell_dir: Path) -> list[dict[str, Any]]:
 def cell_done(cell: Cell, cell_dir: Path, backend: str) -> bool:
     if backend == "tune":
         return tune_done(cell, cell_dir)
-    return all(final_result(cell_dir / s) is not None for s in cell.stages)
+    results = {s: final_result(cell_dir / s) for s in cell.stages}
+    pretraining_failed = (results.get("pretrain") or {}).get("status") == "failed"
+    return all(r is not None or (s == "finetune" and pretraining_failed) for s, r in results.items())
 
 
 def run_cell(cell: Cell, cell_dir: Path, backend: str, options: TuneOptions) -> None:
@@ -379,6 +379,9 @@ def main(study: str, build_plan: Callable[[argparse.Namespace], Plan], descripti
         plan.backend, plan.smoke = args.backend, args.smoke_test
         study_dir = Path(args.dir or Path("runs") / "studies" / (study + ("-smoke" if args.smoke_test else "")))
         print(f"{plan.title}: {len(plan.cells)} cells, backend {plan.backend} -> {study_dir}", flush=True)
+        finished = [c for c in plan.cells if cell_done(c, study_dir.resolve() / CELLS_DIR / c.key, plan.backend)]
+        if finished:
+            print(f"resuming: {len(finished)} of {len(plan.cells)} cells already finished, skipped", flush=True)
         options = TuneOptions(args.num_samples, args.max_concurrent, args.cpus_per_trial, args.gpus_per_trial,
                               args.address)
         failed = run_study(study_dir, plan, options, on_cell=lambda i, n, c, what: print(

@@ -30,14 +30,15 @@ class Fit:
     n_layers: int
     d_ff: int
     d_state: int
+    ssm: bool
 
     @property
     def rel_error(self) -> float:
         return self.n_params / self.budget - 1.0
 
     def overrides(self) -> list[str]:
-        return [f"model.d_model={self.d_model}", f"model.n_layers={self.n_layers}", f"model.d_ff={self.d_ff}",
-                f"model.d_state={self.d_state}"]
+        values = [f"model.d_model={self.d_model}", f"model.n_layers={self.n_layers}", f"model.d_ff={self.d_ff}"]
+        return values + ([f"model.d_state={self.d_state}"] if self.ssm else [])
 
 
 def width_quantum(cfg: Config) -> int:
@@ -53,7 +54,8 @@ def count(base: list[str], width: int, depth: int, d_state: int, ff_ratio: float
     return count_parameters(build_task_model(cfg, get_task(cfg.task.name))), d_ff
 
 
-def fit_depth(base: list[str], budget: int, depth: int, d_state: int, ff_ratio: float, quantum: int) -> Fit:
+def fit_depth(base: list[str], budget: int, depth: int, d_state: int, ff_ratio: float, quantum: int,
+              ssm: bool) -> Fit:
     """The width (a multiple of `quantum`) whose count is closest to `budget` at this depth and state size."""
     xs = [quantum, 2 * quantum, 3 * quantum]
     ys = [count(base, x, depth, d_state, ff_ratio)[0] for x in xs]
@@ -68,7 +70,7 @@ def fit_depth(base: list[str], budget: int, depth: int, d_state: int, ff_ratio: 
     best: Fit | None = None
     for width in {max(quantum, math.floor(h / quantum) * quantum), max(quantum, math.ceil(h / quantum) * quantum)}:
         n, d_ff = count(base, width, depth, d_state, ff_ratio)
-        candidate = Fit(budget, n, width, depth, d_ff, d_state)
+        candidate = Fit(budget, n, width, depth, d_ff, d_state, ssm)
         if best is None or abs(candidate.rel_error) < abs(best.rel_error):
             best = candidate
     assert best is not None
@@ -84,11 +86,12 @@ def fit(base: list[str], budget: int, depths: tuple[int, ...], d_states: tuple[i
     """
     cfg = load(None, base)
     ff_ratio = cfg.model.d_ff / cfg.model.d_model
-    states = d_states if (d_states and cfg.model.name in SSM_MODELS) else (cfg.model.d_state,)
+    ssm = cfg.model.name in SSM_MODELS
+    states = d_states if (d_states and ssm) else (cfg.model.d_state,)
     quantum = width_quantum(cfg)
     tried = []
     for depth in depths:
-        fits = [fit_depth(base, budget, depth, s, ff_ratio, quantum) for s in states]
+        fits = [fit_depth(base, budget, depth, s, ff_ratio, quantum, ssm) for s in states]
         best = min(fits, key=lambda f: abs(f.rel_error))
         if abs(best.rel_error) <= tolerance:
             return best

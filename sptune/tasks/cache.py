@@ -29,6 +29,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 import torch
 
+from sptune import atomic
 from sptune.errors import UserError
 from sptune.tasks.base import Split, cache_root
 
@@ -138,29 +139,8 @@ def holdout(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]
 # --- placing prepared data --------------------------------------------------------------------
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
-def copy_atomically(source: Path, dest: Path) -> None:
-    """Copy a file so that `dest` is either absent, the old file, or the complete new one."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
-    os.close(fd)
-    try:
-        shutil.copyfile(source, tmp)
-        os.replace(tmp, dest)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+write_atomically = atomic.write_bytes  # kept as names the loaders already use
+copy_atomically = atomic.copy_file
 
 
 @contextmanager

@@ -191,7 +191,8 @@ class _Path:
         self.canvas = canvas
         self.origin = tail  # the free end of the first dash, where a marker may go
         self.dashes: list[int] = []  # canvas indices
-        self.states: list[tuple[np.ndarray, float]] = [(tail - canvas.gap * _unit(angle), angle)]  # (pivot, angle) per dash
+        # (pivot, angle) of each dash; the first dash's pivot lies one gap behind its tail.
+        self.states: list[tuple[np.ndarray, float]] = [(tail - canvas.gap * _unit(angle), angle)]
 
     def _dashes_at(self, pivot: np.ndarray, angles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         direction = np.empty((len(angles), 2))
@@ -416,11 +417,24 @@ def _metadata_files(root: Path) -> list[Path]:
     return sorted(files, key=lambda p: (0, int(p.stem), "") if p.stem.isdigit() else (1, 0, p.stem))
 
 
+def _metadata_rows(meta: Path) -> list[list[str]]:
+    """The fields of each row. The release's .npy files are plain text lines; the original
+    generator's np.save of a string array is read too."""
+    data = meta.read_bytes()
+    if data.startswith(b"\x93NUMPY"):
+        return [[str(field) for field in row] for row in np.load(io.BytesIO(data), allow_pickle=False)]
+    return [line.split() for line in data.decode().splitlines()]
+
+
 def _read_metadata(root: Path) -> Iterator[tuple[int, Path, str | None]]:
     """(label, image path, problem or None) for every image the metadata lists."""
     for meta in _metadata_files(root):
-        for number, line in enumerate(meta.read_text().splitlines(), start=1):
-            fields = line.split()
+        try:
+            rows = _metadata_rows(meta)
+        except (ValueError, UnicodeDecodeError) as e:
+            yield -1, meta, f"corrupt {meta} ({e})"
+            continue
+        for number, fields in enumerate(rows, start=1):
             if not fields:
                 continue
             if len(fields) < 4 or fields[3] not in ("0", "1"):
@@ -528,7 +542,8 @@ def load_generated(task: Task, data_dir: Path, seed: int) -> dict[str, Split]:
     """
     x = task.extras
     sizes = (x["num_train"], x["num_val"], x["num_test"])
-    settings = {k: x[k] for k in ("resolution", "contour_length", "seed")} | {"sizes": sizes, "version": GENERATOR_VERSION}
+    settings = {"resolution": x["resolution"], "contour_length": x["contour_length"], "seed": x["seed"],
+                "sizes": sizes, "version": GENERATOR_VERSION}
     path = data_dir / f"{hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]}.pt"
     if path.exists():
         data = torch.load(path, weights_only=True)

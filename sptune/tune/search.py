@@ -251,5 +251,8 @@ class UniqueOptunaSearch(OptunaSearch):
             if key not in seen:
                 seen.add(key)
                 return params
-            self._ot_study.tell(self._ot_trials.pop(trial_id), state=optuna.trial.TrialState.PRUNED)
+            try:
+                self._ot_study.tell(self._ot_trials.pop(trial_id), state=optuna.trial.TrialState.PRUNED)
+            except RuntimeError:  # BruteForceSampler stops its study once every grid point is taken
+                return Searcher.FINISHED
         return Searcher.FINISHED

@@ -1,0 +1,49 @@
+"""Atomic file writes: a reader (or a resumed run) sees the old file or the complete new one, never half.
+
+Everything is written to a temporary name in the destination's directory and renamed over it
+(os.replace is atomic on POSIX within one file system).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+
+@contextmanager
+def replacing(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path; on success it replaces `path`, on failure it is removed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    with replacing(path) as tmp:
+        tmp.write_bytes(data)
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    with replacing(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    write_text(path, json.dumps(obj, indent=2, sort_keys=True))
+
+
+def copy_file(source: str | os.PathLike, dest: str | os.PathLike) -> None:
+    with replacing(dest) as tmp:
+        shutil.copyfile(source, tmp)

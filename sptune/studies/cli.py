@@ -1,0 +1,31 @@
+"""`sptune report <study dir>`: rebuild a study's table, CSVs and plots from its run directories.
+
+    sptune report runs/studies/lra_table
+
+Nothing is trained: the report reads plan.json and every cell's result files (a study script
+writes the same report at its end; this regenerates it, e.g. after a resume or a change of layout).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers) -> None:
+    report = subparsers.add_parser(
+        "report", help="rebuild a study's table.md, results.csv and PNG plots from its runs (no training)",
+        description="Rebuild table.md, results.csv, summary.csv and the PNG plots of a study directory "
+                    "written by a script in studies/.")
+    report.add_argument("study_dir", help="the study directory (holds plan.json)")
+    report.set_defaults(func=cmd_report)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from sptune.studies import report
+
+    paths = report.write(args.study_dir)
+    print(f"table: {paths['table']}")
+    print(f"trials: {paths['results']}")
+    for png in paths["plots"]:
+        print(f"plot:  {png}")
+    return 0

@@ -1,0 +1,110 @@
+"""Compute-tied SPT: a fixed step budget split between masked SPT and finetuning (Appendix D, Table 8).
+
+    launch:  python studies/spt_ratio.py                      # Text and Image, Transformer + Rotary and S4
+    resume:  python studies/spt_ratio.py                      # the same command; finished cells are skipped
+    report:  sptune report runs/studies/spt_ratio
+    smoke:   python studies/spt_ratio.py --smoke-test         # ~1 min on a 2-core CPU (measured)
+
+Scientific axis: the share of a fixed total budget spent on SPT, {0% (trained from scratch), 20%, 40%,
+60%}, per task (Text, Image) and model (Transformer + Rotary, S4). Seeds are an axis (default 0 1 2).
+The budget is in optimizer steps at one batch size for both stages, so steps are proportional to the
+paper's epochs: Text 30 epochs of 22,500 examples at batch 16 (42,210 steps), Image 150 epochs of
+45,000 examples at batch 50 (135,000 steps); our Text and Image hold out 10% of the training set for
+validation. A share p pretrains round(p * budget) steps and finetunes the rest; 0% trains from
+scratch for the whole budget. Every entry's device-seconds are printed next to it.
+Nuisance: none searched (a search would break the compute tie); lr per stage fixed at the paper's:
+Transformer Table 4 rotary rows (Text 5e-4, Image 1e-3), S4 Appendix C.1.4 (Text 5e-4; Image PT 1e-2,
+FT and scratch 2e-3). Fixed: the Table 2 Transformer + Rotary and the S4-config models, masking ratio.
+
+Smoke test: listops-mini stands in for Text and pathfinder-mini for Image, a budget of 20 steps
+(pretraining 4 / 8 / 12), 1-layer d_model-16 models.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
+
+from sptune.studies import paper, settings  # noqa: E402
+from sptune.studies.runner import Cell, Plan, fixed_space, main  # noqa: E402
+
+STUDY = "spt_ratio"
+TASKS = ("image", "text")  # Table 8's column order
+TRAIN_EXAMPLES = {"text": 22_500, "image": 45_000}  # training split after the 10% validation hold-out
+BATCH = {"text": 16, "image": 50}  # Appendix C.1.4's batch sizes, one per task for both stages
+LR = {  # (pretraining, finetuning / scratch) learning rates
+    ("text", "transformer"): (5e-4, 5e-4), ("image", "transformer"): (1e-3, 1e-3),  # Table 4, rotary rows
+    ("text", "s4"): (5e-4, 5e-4), ("image", "s4"): (1e-2, 2e-3),  # Appendix C.1.4
+}
+SMOKE_BUDGET = 20
+MODELS = (("transformer", "Transformer"), ("s4", "S4"))  # Table 8's column names
+
+
+def budget_steps(task: str) -> int:
+    per_epoch = -(-TRAIN_EXAMPLES[task] // BATCH[task])
+    return paper.COMPUTE_TIED_EPOCHS[task] * per_epoch
+
+
+def architecture(task: str, model: str) -> dict:
+    if model == "transformer":
+        return settings.transformer(task, "rotary")[0]
+    arch, _, _, weight_decay = paper.S4_ARCH[task]
+    return dict(arch) | {"optim.weight_decay": weight_decay}
+
+
+def share_label(share: float) -> str:
+    return "0% (scratch)" if share == 0 else f"{share:.0%}"
+
+
+def build(args) -> Plan:
+    seeds = args.seeds or ([0] if args.smoke_test else [0, 1, 2])
+    cells = []
+    for paper_task in TASKS:
+        task = settings.STAND_IN[paper_task] if args.smoke_test else paper_task
+        total = SMOKE_BUDGET if args.smoke_test else budget_steps(paper_task)
+        for model, name in MODELS:
+            arch = architecture(paper_task, model)
+            base = settings.smoke_model(arch) if args.smoke_test else settings.as_overrides(arch) + settings.REAL_COMMON
+            if args.smoke_test:
+                space = settings.smoke_space()
+                base += ["optim.eval_every=4"]
+            else:
+                pre_lr, lr = LR[(paper_task, model)]
+                space = fixed_space({stage: {"optim.lr": pre_lr if stage == "pretrain" else lr,
+                                             "optim.batch_size": BATCH[paper_task]}
+                                     for stage in ("pretrain", "finetune", "scratch")})
+            paper_column = f"{paper.TASK_COLUMN[paper_task]} {name}"
+            for share in paper.SPT_SHARES:
+                pre = round(share * total)
+                steps = ([f"scratch.optim.max_steps={total}"] if share == 0 else
+                         [f"pretrain.optim.max_steps={pre}", f"finetune.optim.max_steps={total - pre}"])
+                arm = "scratch" if share == 0 else "masked"
+                paper_row = "0% (TFS)" if share == 0 else f"{share:.0%}"
+                for seed in seeds:
+                    cells.append(Cell(
+                        key=f"{task}-{model}-spt{round(100 * share)}-s{seed}",
+                        labels={"task": task, "paper_task": paper_task, "model": name, "share": share,
+                                "share_label": share_label(share), "seed": seed, "budget_steps": total,
+                                "column": f"{settings.column(task, paper_task, args.smoke_test)} · {name}"},
+                        overrides=tuple([f"task.name={task}", *base, *steps, "objective.kind=masked",
+                                         f"run.seed={seed}"]),
+                        stages=("scratch",) if share == 0 else ("pretrain", "finetune"),
+                        space=space, paper={arm: paper.TABLE_8.cite(paper_row, paper_column)}))
+    return Plan(
+        study=STUDY, title="Compute-tied SPT: share of a fixed step budget spent on pretraining (Appendix D, Table 8)",
+        axis="SPT share {0, 20, 40, 60}% of a fixed step budget x task x model; seeds",
+        nuisance="none searched (fixed lr per stage: Table 4 rotary rows, Appendix C.1.4)",
+        fixed="total steps per task (Text 30 / Image 150 epochs' worth), one batch size for both stages, models",
+        layout={"kind": "grid", "row": "share_label", "col": "column", "row_title": "SPT share",
+                "heading": "Test accuracy (%) at a fixed total budget", "plots": ["shares"],
+                "plot_title": "compute-tied: test accuracy vs SPT share of the budget"},
+        cells=cells,
+        notes=["Each entry's device-seconds cover its whole budget (SPT + finetuning, or scratch)."],
+        commands={"launch": "python studies/spt_ratio.py", "resume": "python studies/spt_ratio.py (same flags)",
+                  "report": "sptune report <study dir>"})
+
+
+if __name__ == "__main__":
+    sys.exit(main(STUDY, build, __doc__))

@@ -1,0 +1,35 @@
+"""Shared Ray test fixtures: import them into a test module (`from ray_fixtures import ray_instance`).
+
+One Ray instance serves the whole test session (starting Ray costs seconds): 2 CPUs like the CI
+machine, the dashboard on (Ray Train's placement-group cleaner needs its state API, ray#54305),
+trial output kept out of the test log.
+"""
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = REPO / "configs" / "listops_mini_transformer.yaml"
+# The tiny model of every Ray test (seconds per trial on one core).
+TINY = ["model.d_model=16", "model.n_layers=1", "model.n_heads=2", "model.d_ff=16", "optim.max_steps=8",
+        "optim.eval_every=4", "optim.batch_size=8", "optim.warmup_steps=0", "task.max_val_examples=32"]
+
+
+@pytest.fixture(scope="session")
+def ray_instance():
+    import ray
+
+    # Ray's processes start from this environment: offline hub and the session's SPTUNE_CACHE.
+    ray.init(num_cpus=2, log_to_driver=False, logging_level=logging.WARNING)
+    yield ray
+    ray.shutdown()
+
+
+def sptune_env(**extra: str) -> dict[str, str]:
+    """Environment for `sptune` subprocesses: the test session's offline settings and cache."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **extra)
+    env.pop("RAY_ADDRESS", None)  # a study subprocess starts or joins exactly the Ray the test chose
+    return env

@@ -1,0 +1,336 @@
+"""The Ray layer: search-space files, the searcher, both trial paths, failures, results, TensorBoard."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from ray_fixtures import CONFIG, REPO, TINY, ray_instance, sptune_env  # noqa: F401 (fixture)
+
+from sptune import checkpoints, results
+from sptune.cli import main
+from sptune.errors import UserError
+from sptune.registry import MODELS, TASKS
+from sptune.tune import pipeline, search, trainable
+
+PAPER_FILES = ["listops/transformer", "listops/s4", "text/transformer", "text/s4", "image/transformer", "image/s4",
+               "pathfinder/transformer", "pathx/s4"]
+
+
+def write_space(tmp_path, stages=None, **top):
+    """A search-space file: by default one lr value per stage (one trial each)."""
+    one = {"params": {"optim.lr": [1.0e-3], "optim.batch_size": [8]}}
+    data = {"task": "listops-mini", "model": "transformer", "num_samples": 2, "max_concurrent": 2,
+            "stages": {"pretrain": one, "finetune": one, "scratch": one, **(stages or {})}, **top}
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def new_study(tmp_path, stages=None, overrides=(), options=None, **top):
+    return pipeline.create(str(CONFIG), TINY + list(overrides), tmp_path / "study",
+                           str(write_space(tmp_path, stages, **top)), options or pipeline.Options())
+
+
+def trial_dirs(study_dir, stage):
+    return sorted(p for p in (Path(study_dir) / stage).iterdir() if (p / "trial.json").is_file())
+
+
+# ----------------------------------------------------------------------------- search-space files
+def test_every_search_space_file_is_valid():
+    files = sorted((REPO / "search_spaces").glob("*/*.yaml"))
+    names = {f"{p.parent.name}/{p.stem}" for p in files}
+    assert names >= set(PAPER_FILES) | {"listops-mini/transformer", "listops-mini/s4"}
+    for path in files:
+        space = search.load(path)
+        assert (space.task, space.model) == (path.parent.name, path.stem)
+        assert space.task in TASKS and space.model in MODELS
+        assert set(space.stages) == {"pretrain", "finetune", "scratch"}
+        assert "sptune study" in "".join(path.read_text().splitlines()[:8]), f"{path}: no launch command in header"
+        for stage in space.stages.values():
+            assert stage.categorical
+            first = search.make_searcher(stage).suggest("first")  # Optuna accepts the grid and the points
+            assert first == (stage.points[0] if stage.points else first) and set(first) == set(stage.params)
+            if space.task != "listops-mini":  # the paper's grid (Appendix C.1), paper values added
+                assert {1e-3, 5e-4, 1e-4} <= set(stage.params["optim.lr"])
+                assert {8, 32, 128} <= set(stage.params["optim.batch_size"])
+
+
+@pytest.mark.parametrize("name, stage, point", [
+    ("listops/transformer", "pretrain", {"optim.lr": 1e-3, "optim.batch_size": 128}),  # Table 4
+    ("listops/transformer", "finetune", {"optim.lr": 1e-4, "optim.batch_size": 64}),
+    ("text/s4", "pretrain", {"optim.lr": 5e-4, "optim.batch_size": 8}),  # Table 5
+    ("pathx/s4", "finetune", {"optim.lr": 1e-3, "optim.batch_size": 64}),
+])
+def test_paper_best_values_come_first(name, stage, point):
+    assert search.load(REPO / "search_spaces" / f"{name}.yaml").stages[stage].points[0] == point
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"stages": {"pretrain": {"params": {"optim.lrr": [1e-3]}}}}, ["optim.lrr", "unknown config field"]),
+    ({"stages": {"pretrain": {"params": {"lr": [1e-3]}}}}, ["section.field"]),
+    ({"stages": {"pretrain": {"params": {"optim.lr": [1e-3]}, "points": [{"optim.lr": 5e-4}]}}}, ["outside its grid"]),
+    ({"stages": {"pretrain": {"params": {"optim.batch_size": [0]}}}}, ["optim.batch_size", "> 0"]),
+    ({"stages": {"warmup": {"params": {"optim.lr": [1e-3]}}}}, ["'stages' must map"]),
+    ({"sampler": "random"}, ["sampler", "brute, tpe"]),
+    ({"asha": {"grace_period": 0}}, ["grace_period"]),
+    ({"workers": 2}, ["unknown keys"]),
+])
+def test_bad_search_spaces_are_user_errors(change, words):
+    data = {"stages": {"scratch": {"params": {"optim.lr": [1e-3]}}}}
+    data.update(change)
+    with pytest.raises(UserError) as err:
+        search.parse(data, "bad.yaml")
+    for word in words:
+        assert word in str(err.value)
+
+
+# ----------------------------------------------------------------------------- the searcher
+GRID = {"params": {"optim.lr": [1e-3, 5e-4, 1e-4], "optim.batch_size": [8, 32, 128]},
+        "points": [{"optim.lr": 1e-4, "optim.batch_size": 128}]}
+
+
+def suggestions(searcher, n):
+    return [searcher.suggest(f"trial{i}") for i in range(n)]
+
+
+@pytest.mark.parametrize("sampler", ["brute", "tpe"])
+def test_searcher_starts_with_paper_points_and_never_repeats(sampler):
+    from ray.tune.search import Searcher
+
+    stage = search.parse({"stages": {"pretrain": GRID}}).stages["pretrain"]
+    assert search.trial_count(stage, 100) == 9
+    got = suggestions(search.make_searcher(stage, sampler, seed=0), 10)
+    assert got[0] == GRID["points"][0]
+    assert sorted(map(str, got[:9])) == sorted(map(str, search.grid_points(stage)))  # the whole grid, once each
+    assert got[9] == Searcher.FINISHED  # exhausted: no tenth trial rather than a repeat
+
+
+def test_searcher_is_seeded():
+    stage = search.parse({"stages": {"pretrain": GRID}}).stages["pretrain"]
+    first = suggestions(search.make_searcher(stage, "brute", seed=3), 9)
+    assert first == suggestions(search.make_searcher(stage, "brute", seed=3), 9)
+
+
+def test_asha_counts_our_own_steps():
+    scheduler = search.make_scheduler({"grace_period": 4, "reduction_factor": 2}, max_t=16)
+    assert scheduler._time_attr == "step" and scheduler._max_t == 16
+    assert search.make_scheduler(None, 16) is None
+
+
+# ----------------------------------------------------------------------------- studies (shared Ray)
+def test_study_direct_path_end_to_end(tmp_path, ray_instance):
+    state = new_study(tmp_path, stages={"pretrain": {"params": {"optim.lr": [1e-3, 3e-3], "optim.batch_size": [8]}}})
+    assert state["options"]["path"] == "direct"
+    rows = pipeline.run(state["dir"], verbose=0)
+    assert [r["stage"] for r in rows] == ["pretrain", "pretrain", "finetune", "scratch"]
+    assert all(r["status"] == "completed" and r["path"] == "direct" and r["attempts"] == 1 for r in rows)
+    assert len({r["optim.lr"] for r in rows if r["stage"] == "pretrain"}) == 2  # no point twice
+
+    # Finetuning started from the best pretraining trial's best checkpoint, and says so.
+    pre = [r for r in rows if r["stage"] == "pretrain"]
+    best = max(pre, key=lambda r: r["best_val"])
+    finetune = next(r for r in rows if r["stage"] == "finetune")
+    assert finetune["init_trial"] == best["trial_id"] and finetune["init_step"] == best["best_step"]
+    assert checkpoints.read_json(Path(finetune["run_dir"]) / "result.json")["init_from"] == best["run_dir"]
+
+    # The results table: CSV with every trial, and the summary with the selection rule.
+    study_dir = Path(state["dir"])
+    csv_rows = (study_dir / "results.csv").read_text().splitlines()
+    assert len(csv_rows) == 5 and "optim.lr" in csv_rows[0] and "device_seconds" in csv_rows[0]
+    text = results.summary(study_dir)
+    assert results.RULE in text and f"tensorboard --logdir {study_dir}" in text and "SPT (pretrain -> finetune)" in text
+
+    # TensorBoard: scalars under the stage's name, one HParams session per trial.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.backend.event_processing.plugin_event_multiplexer import EventMultiplexer
+
+    for row in rows:
+        events = EventAccumulator(str(Path(row["run_dir"]) / "tb"))
+        events.Reload()
+        tags = events.Tags()["scalars"]
+        assert {f"{row['stage']}/val_metric", f"{row['stage']}/train_loss", "hparams/best_val"} <= set(tags)
+        assert Path(row["run_dir"]).name.startswith(row["stage"])
+    multiplexer = EventMultiplexer()
+    multiplexer.AddRunsFromDirectory(str(study_dir))
+    multiplexer.Reload()
+    hparam_runs = multiplexer.PluginRunToTagToContent("hparams")
+    assert len(hparam_runs) == 4 and all("_hparams_/session_start_info" in tags for tags in hparam_runs.values())
+
+
+def test_diverged_trial_is_failed_and_the_search_continues(tmp_path, ray_instance):
+    stages = {"scratch": {"params": {"optim.lr": [1e-3, 1e30], "optim.batch_size": [8]}}}
+    state = new_study(tmp_path, stages, overrides=["optim.grad_clip=0"])
+    pipeline.run_phase(Path(state["dir"]), state, "scratch", trainable.stage_trainable, verbose=0)
+    rows = {r["optim.lr"]: r for r in results.collect(state["dir"])}
+    assert rows[1e-3]["status"] == "completed"
+    assert rows[1e30]["status"] == "failed" and "non-finite loss" in rows[1e30]["reason"]
+    assert rows[1e30]["attempts"] == 1  # a diverged trial is a result, not a crash to retry
+    assert "failed: scratch" in results.summary(state["dir"])
+
+
+def kill_when(run_dir_glob, min_step, pid_of, found):
+    """Background: once a trial's progress passes min_step, SIGKILL the process pid_of(run_dir) names."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not found:
+        for run_dir in run_dir_glob():
+            progress = run_dir / "progress.json"
+            if progress.is_file() and checkpoints.read_json(progress)["step"] >= min_step:
+                found.append(checkpoints.read_json(progress)["step"])
+                os.kill(pid_of(run_dir), signal.SIGKILL)
+                return
+        time.sleep(0.05)
+
+
+def flaky_trainable(params, spec):
+    """Raises once, at the first eval past step 20, in the first attempt of each trial."""
+    from sptune import train
+    from sptune.tune import trainable as tr
+
+    original = train.run_stage
+
+    def crashing_run_stage(cfg, stage, init_from=None, on_eval=None, run_dir=None):
+        def on_eval_then_crash(record, run_dir):
+            on_eval(record, run_dir)
+            if record["step"] >= 20 and len(checkpoints.read_json(run_dir / "trial.json")["attempts"]) == 1:
+                raise RuntimeError("injected crash")
+        return original(cfg, stage, init_from, on_eval_then_crash, run_dir)
+
+    train.run_stage = crashing_run_stage
+    try:
+        tr.stage_trainable(params, spec)
+    finally:
+        train.run_stage = original
+
+
+@pytest.mark.parametrize("crash", ["exception", "killed"])
+def test_crashed_trial_is_retried_from_its_last_checkpoint(tmp_path, ray_instance, crash):
+    import ray
+
+    state = new_study(tmp_path, overrides=["optim.max_steps=160", "optim.eval_every=10"])
+    study_dir = Path(state["dir"])
+    found: list[int] = []
+    fn = trainable.stage_trainable
+    if crash == "exception":
+        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this file
+        fn = flaky_trainable
+    else:
+        pid = lambda run_dir: checkpoints.read_json(run_dir / "trial.json")["attempts"][-1]["pid"]  # noqa: E731
+        threading.Thread(target=kill_when, args=(lambda: trial_dirs(study_dir, "scratch") if
+                                                 (study_dir / "scratch").is_dir() else [], 20, pid, found),
+                         daemon=True).start()
+    pipeline.run_phase(study_dir, state, "scratch", fn, verbose=0)
+    (row,) = results.collect(study_dir)
+    starts = [int(s) for s in row["start_steps"].split(";")]
+    assert row["status"] == "completed" and row["steps"] == 160 and row["attempts"] == 2
+    assert starts[0] == 0 and starts[1] >= 20  # the retry continued, it did not start over
+    if found:
+        assert starts[1] >= found[0]
+    history = checkpoints.read_json(Path(row["run_dir"]) / "result.json")["history"]
+    assert [h["step"] for h in history] == list(range(10, 161, 10))  # every eval once: no step redone
+
+
+def test_torch_trainer_path_with_two_ddp_workers(tmp_path, ray_instance):
+    options = pipeline.Options(workers=2, max_concurrent=1)
+    state = new_study(tmp_path, options=options)
+    assert state["options"]["path"] == "train"  # chosen automatically for more than one worker
+    study_dir = Path(state["dir"])
+    pipeline.run_phase(study_dir, state, "scratch", trainable.stage_trainable, verbose=0)
+    (row,) = results.collect(study_dir)
+    assert row["status"] == "completed" and row["path"] == "train" and row["steps"] == 8 and row["devices"] == 2
+    worker = checkpoints.read_json(Path(row["run_dir"]) / trainable.WORKER)
+    assert worker["world_size"] == 2 and worker["pid"] != row["pid"]  # trained by Train workers, not the trial
+    assert any((study_dir / "train" / f"scratch-{row['trial_id']}").glob("checkpoint_*"))  # Train's checkpoints
+    assert checkpoints.read_json(Path(row["run_dir"]) / "progress.json")["step"] == 8
+
+
+def test_choice_of_path():
+    assert trainable.choose_path(1, 0) == "direct"
+    assert trainable.choose_path(2, 0) == "train" and trainable.choose_path(1, 1) == "train"
+    assert trainable.choose_path(1, 0, "train") == "train"
+
+
+# ----------------------------------------------------------------------------- results without Ray
+def fake_trial(study_dir, stage, trial_id, lr, result=None, progress=None, init=None):
+    run_dir = study_dir / stage / f"{stage}-{trial_id}-lr={lr:g}"
+    run_dir.mkdir(parents=True)
+    checkpoints.write_json_atomic({"trial_id": trial_id, "stage": stage, "params": {"optim.lr": lr}, "path": "direct",
+                                   "devices": 1, "init": init, "wall_seconds": 10.0,
+                                   "attempts": [{"start_step": 0, "node_id": "n", "hostname": "h", "pid": 1}]},
+                                  run_dir / "trial.json")
+    if result:
+        checkpoints.write_json_atomic({"status": "completed", "metric": "accuracy", "steps": 8, "best_step": 4,
+                                       "final_val": 0.1, "test_metric": 0.2, "flops_estimate": 1.0, **result},
+                                      run_dir / "result.json")
+    if progress:
+        checkpoints.write_json_atomic(progress, run_dir / "progress.json")
+    return run_dir
+
+
+def test_results_come_from_the_run_directories(tmp_path):
+    study = tmp_path / "study"
+    checkpoints.write_json_atomic({"phases": {"pretrain": "done"}, "stages": {}}, study / "study.json")
+    fake_trial(study, "pretrain", "a", 1e-3, {"best_val": 0.5})
+    fake_trial(study, "pretrain", "b", 5e-4, {"best_val": 0.7})
+    fake_trial(study, "pretrain", "c", 1e-4, {"status": "failed", "reason": "non-finite loss", "best_val": None})
+    fake_trial(study, "pretrain", "d", 1e-2, progress={"step": 4, "best_val": 0.9, "best_step": 4, "val_metric": 0.9})
+    fake_trial(study, "finetune", "e", 1e-3, progress={"step": 4, "best_val": 0.3, "best_step": 4, "val_metric": 0.3})
+    rows = {r["trial_id"]: r for r in results.collect(study)}
+    assert rows["b"]["selected"] and not rows["a"]["selected"]  # best validation among completed trials
+    assert rows["c"]["status"] == "failed" and not rows["d"]["selected"]  # a stopped trial is never selected
+    assert rows["d"]["status"] == "stopped" and rows["e"]["status"] == "unfinished"
+    assert rows["a"]["device_seconds"] == 10.0
+    results.write_csv(list(rows.values()), study / "results.csv")
+    assert len((study / "results.csv").read_text().splitlines()) == 6
+    text = results.summary(study)
+    assert "failed: pretrain c: non-finite loss" in text and results.RULE in text
+
+
+# ----------------------------------------------------------------------------- CLI
+@pytest.mark.parametrize("args, words", [
+    (["study", "missing.yaml"], ["missing.yaml does not exist"]),
+    (["study", "CONFIG", "--search-space", "search_spaces/text/s4.yaml"], ["is for task 'text'"]),
+    (["study", "CONFIG", "--search-space", "nowhere.yaml"], ["nowhere.yaml does not exist"]),
+    (["study", "CONFIG", "model.name=dlr"], ["no search space for task 'listops-mini' / model 'dlr'"]),
+    (["study", "CONFIG", "--num-samples", "0"], ["--num-samples"]),
+    (["resume", "TMP"], ["not a study directory"]),
+    (["results", "TMP"], ["not a study directory"]),
+])
+def test_user_errors_are_one_line(args, words, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    args = [str(CONFIG) if a == "CONFIG" else str(tmp_path) if a == "TMP" else a for a in args]
+    assert main(args + (["--dir", str(tmp_path / "s")] if args[0] == "study" else [])) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sptune: error: ") and err.count("\n") == 1
+    for word in words:
+        assert word in err
+
+
+def test_an_existing_study_is_not_overwritten(tmp_path, capsys):
+    new_study(tmp_path)
+    assert main(["study", str(CONFIG), "--dir", str(tmp_path / "study"), "--smoke"]) == 2
+    assert "sptune resume" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cli_smoke_study_then_results(tmp_path):
+    study_dir = tmp_path / "smoke"
+    try:
+        proc = subprocess.run([sys.executable, "-m", "sptune.cli", "study", str(CONFIG), "--smoke", "--quiet",
+                               "--dir", str(study_dir)], capture_output=True, text=True, env=sptune_env(),
+                              timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        for words in ("trials run directly in Ray Tune", results.RULE, "SPT (pretrain -> finetune) vs scratch",
+                      f"tensorboard --logdir {study_dir}"):
+            assert words in proc.stdout
+        assert len((study_dir / "results.csv").read_text().splitlines()) == 1 + 3 * pipeline.SMOKE_SAMPLES
+        again = subprocess.run([sys.executable, "-m", "sptune.cli", "results", str(study_dir)], capture_output=True,
+                               text=True, env=sptune_env(), timeout=60)
+        assert again.returncode == 0 and results.RULE in again.stdout
+    finally:
+        pipeline.stop_processes(pipeline.ray_processes(pipeline.ray_tag(study_dir)))
