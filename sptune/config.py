@@ -78,6 +78,7 @@ class RunConfig:
     out_dir: str = "runs"  # run directories are created below this
     name: str = ""  # run directory name; "" = <stage>-<task>-<model>-s<seed>
     device: str = "auto"  # "auto" | "cpu" | "cuda"
+    precision: str = "fp32"  # "fp32" | "bf16" (autocast; flash-attn runs only in half precision)
     num_threads: int = 0  # torch intra-op threads; 0 = torch's default
     progress: bool = True  # progress bar on the training loop
     resume: bool = True  # continue from <run dir>/last.pt when it exists
@@ -107,6 +108,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "objective.loss": ("auto", "ce", "l1"),
     "optim.schedule": ("cosine", "constant"),
     "run.device": ("auto", "cpu", "cuda"),
+    "run.precision": ("fp32", "bf16"),
 }
 POSITIVE = ("model.d_model", "model.n_layers", "model.n_heads", "model.block_size", "model.d_state",
             "optim.lr", "optim.batch_size", "optim.max_steps", "optim.eval_every")

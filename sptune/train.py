@@ -163,7 +163,8 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
         model.train()
         index = train_batch_index(len(train_split), cfg.optim.batch_size, cfg.run.seed, step)[rank::world]
         x, y, lengths = (t.to(device) for t in batch(train_split, index))
-        loss = compute_loss(trained, cfg, task, stage, x, y, lengths, step_generator(cfg.run.seed, step))
+        with autocast(device, cfg.run.precision):
+            loss = compute_loss(trained, cfg, task, stage, x, y, lengths, step_generator(cfg.run.seed, step))
         if not torch.isfinite(loss):
             reason = f"non-finite loss ({loss.item()}) at step {step}: lower optim.lr or raise optim.warmup_steps"
             log.error("%s failed: %s", run_dir.name, reason)
@@ -240,6 +241,11 @@ def finish(result: dict[str, Any], state: dict[str, Any], run_dir: Path, status:
     return result
 
 
+def autocast(device: torch.device, precision: str):
+    """bf16 autocast when asked (matmuls and attention in bf16, reductions and FFTs in fp32)."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
 def distributed_rank() -> tuple[int, int]:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank(), torch.distributed.get_world_size()
@@ -310,7 +316,8 @@ def evaluate(model: SequenceModel, cfg: Config, task: Task, stage: str, split: S
     total, batches = 0.0, 0
     for x, y, lengths in eval_batches(split, cfg.optim.batch_size, limit):
         x, y, lengths = x.to(device), y.to(device), lengths.to(device)
-        total += compute_loss(model, cfg, task, stage, x, y, lengths, generator, metric).item()
+        with autocast(device, cfg.run.precision):
+            total += compute_loss(model, cfg, task, stage, x, y, lengths, generator, metric).item()
         batches += 1
     return {"loss": total / max(batches, 1), "metric": metric.value()}
 

@@ -81,8 +81,8 @@ def build(args) -> Plan:
         cells=cells,
         notes=["gain = (SPT - scratch) / scratch, the relative gain of Figure 3 (right).",
                "The paper gives Figure 3 as a plot only; its text: " + paper.FIGURE_3_TEXT],
-        commands={"launch": "python studies/data_fractions.py", "resume": "python studies/data_fractions.py (same flags)",
-                  "report": "sptune report <study dir>"})
+        commands={"launch": "python studies/data_fractions.py",
+                  "resume": "python studies/data_fractions.py (same flags)", "report": "sptune report <study dir>"})
 
 
 if __name__ == "__main__":

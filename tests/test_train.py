@@ -118,3 +118,10 @@ def test_ssm_parameters_get_their_own_optimizer_group():
     ssm_groups = [g for g in opt.param_groups if g["lr"] == 2e-4]
     assert ssm_groups and all(g["weight_decay"] == 0.0 for g in ssm_groups)
     assert any(g["weight_decay"] == 0.1 for g in opt.param_groups)
+
+
+@pytest.mark.parametrize("model", ["transformer", "s4", "dlr"])
+def test_bf16_autocast_trains(tmp_path, model):
+    result = train.pretrain(tiny(tmp_path, f"model.name={model}", "model.d_state=8", "run.precision=bf16",
+                                 "optim.max_steps=4", "optim.eval_every=2"))
+    assert result["status"] == "completed" and math.isfinite(result["history"][-1]["train_loss"])

@@ -295,6 +295,6 @@ def fft_conv(u, k):
         k = F.pad(k[0], (0, L)) + F.pad(k[1].flip(-1), (L, 0))  # (H, 2L)
     else:
         k = k[0]  # (H, L)
-    k_f = torch.fft.rfft(k, n=2 * L)  # (H, L+1)
-    u_f = torch.fft.rfft(u, n=2 * L)  # (B, H, L+1)
-    return torch.fft.irfft(u_f * k_f, n=2 * L)[..., :L]  # (B, H, L)
+    k_f = torch.fft.rfft(k.float(), n=2 * L)  # (H, L+1)
+    u_f = torch.fft.rfft(u.float(), n=2 * L)  # (B, H, L+1): FFTs run in fp32 also under bf16 autocast
+    return torch.fft.irfft(u_f * k_f, n=2 * L)[..., :L].to(u.dtype)  # (B, H, L)

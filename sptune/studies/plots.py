@@ -49,7 +49,7 @@ def _series(arm_rows: list[dict[str, Any]], line_key: str, x_key: str) -> dict[s
     return {line: sorted(points) for line, points in out.items()}
 
 
-def fractions(table: dict, arm_rows: list[dict[str, Any]], path: Path) -> Path:
+def fractions(arm_rows: list[dict[str, Any]], path: Path) -> Path:
     """Figure 3 layout: (left) test metric vs training fraction, scratch vs SPT; (right) relative gain."""
     factor, ylabel = _unit(_metric(arm_rows))
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))

@@ -219,7 +219,7 @@ def fmt_gain(scratch: dict[str, Any] | None, spt: dict[str, Any] | None) -> str:
     return "—" if gain is None else f"{gain:+.1%}"
 
 
-def kernel_table(study_dir: Path, plan: Plan, arm_rows: list[dict[str, Any]]) -> tuple[str, dict[str, list]]:
+def kernel_table(study_dir: Path, arm_rows: list[dict[str, Any]]) -> tuple[str, dict[str, list]]:
     """Per task and layer: the lag holding 90% of sum_l K_max(l), pretrained vs initialization (mean ± std)."""
     from sptune.studies import kernel_analysis
 
@@ -287,9 +287,11 @@ def header_lines(plan: Plan, study_dir: Path, arm_rows: list[dict[str, Any]]) ->
     lines += [f"- axis: {plan.axis}", f"- nuisance: {plan.nuisance}", f"- fixed: {plan.fixed}",
               f"- backend: `{plan.backend}`" + (" (Ray Tune + Optuna search per stage)" if plan.backend == "tune"
                                                else " (train.run_stage at the paper's values, no search)"),
-              f"- seeds: {', '.join(map(str, seeds))}; entries are mean ± std over seeds of the test metric at the "
-              f"best-validation checkpoint, `· s` = device-seconds of training (SPT includes pretraining), "
-              f"[paper x] = the paper's number for the same entry"]
+              f"- seeds: {', '.join(map(str, seeds))}; " + (
+                  "entries are mean ± std over seeds; `pretraining` = its device-seconds" if plan.layout["kind"] ==
+                  "kernels" else "entries are mean ± std over seeds of the test metric at the best-validation "
+                  "checkpoint, `· s` = device-seconds of training (SPT includes pretraining), [paper x] = the "
+                  "paper's number for the same entry")]
     for name, command in plan.commands.items():
         lines.append(f"- {name}: `{command}`")
     lines += [f"- every trial: `results.csv`; every entry: `summary.csv`; study directory `{study_dir}`", ""]
@@ -312,12 +314,13 @@ def write(study_dir: str | Path) -> dict[str, Any]:
     pngs: list[Path] = []
     kind = layout["kind"]
     if kind == "kernels":
-        table, per_task = kernel_table(study_dir, plan, arm_rows)
+        table, per_task = kernel_table(study_dir, arm_rows)
         lines += ["## K_max decay per layer (§3.6, Figure 4)", "", table, ""]
         pngs += plots.kernels(per_task, study_dir)
     elif kind == "fraction":
-        lines += ["## Test metric vs training-data fraction (§3.4, Figure 3)", "", fraction_table(arm_rows, layout), ""]
-        pngs.append(plots.fractions(entries(arm_rows, "fraction", "column_arm"), arm_rows, study_dir / "fractions.png"))
+        lines += ["## Test metric vs training-data fraction (§3.4, Figure 3)", "", fraction_table(arm_rows, layout),
+                  ""]
+        pngs.append(plots.fractions(arm_rows, study_dir / "fractions.png"))
     else:
         lines += [f"## {layout.get('heading', 'Results')}", "", grid_table(arm_rows, layout), ""]
         for name in layout.get("plots", []):

@@ -113,11 +113,11 @@ def search_space(best: dict[str, tuple[float, int]], grid: dict[str, list[Any]],
         params = {key: list(values) for key, values in grid.items()}
         points = []
         if stage in best:
-            lr, batch = best[stage]
-            for key, value in (("optim.lr", lr), ("optim.batch_size", batch)):
+            reported = {"optim.lr": best[stage][0], "optim.batch_size": best[stage][1]}
+            for key, value in reported.items():
                 if key in params and value not in params[key]:
                     params[key].append(value)
-            points.append({key: value for key, value in (("optim.lr", lr), ("optim.batch_size", batch)) if key in params})
+            points.append({key: value for key, value in reported.items() if key in params})
         space[stage] = {"params": params, "points": points}
     return space
 
