@@ -100,9 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--from", dest="from_run", required=True, help="pretraining run directory")
         p.set_defaults(func=cmd_compare if name == "compare" else cmd_stage)
     from sptune import data_cli
+    from sptune.studies import cli as studies_cli
+    from sptune.tune import cli as tune_cli
 
-    data_cli.register(sub)
-    __import__("sptune.tune.cli").tune.cli.register(sub)  # study | resume | results (Ray Tune)
+    data_cli.register(sub)  # data list | verify | prepare
+    tune_cli.register(sub)  # study | resume | results (Ray Tune)
+    studies_cli.register(sub)  # report
     return parser
 
 

@@ -26,6 +26,7 @@ class TaskConfig:
     data_dir: str = ""  # root of the real datasets; "" = $SPTUNE_DATA or ~/sptune_data
     train_fraction: float = 1.0  # nested subsets: prefixes of one fixed permutation (Appendix C.1.4)
     max_val_examples: int = 0  # 0 = the whole validation split (cap it for quick runs)
+    max_test_examples: int = 0  # 0 = the whole test split
 
 
 @dataclass
@@ -113,7 +114,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
 POSITIVE = ("model.d_model", "model.n_layers", "model.n_heads", "model.block_size", "model.d_state",
             "optim.lr", "optim.batch_size", "optim.max_steps", "optim.eval_every")
 NON_NEGATIVE = ("model.d_ff", "model.dropout", "optim.weight_decay", "optim.warmup_steps", "optim.epochs",
-                "optim.grad_clip", "task.max_val_examples", "model.ssm_lr")
+                "optim.grad_clip", "task.max_val_examples", "task.max_test_examples", "model.ssm_lr")
 
 
 def _coerce(path: str, value: Any, kind: Any) -> Any:

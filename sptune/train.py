@@ -217,7 +217,7 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
     # 7. Test at the best validation checkpoint (the retrospective choice, Appendix C.1).
     best = checkpoints.load(run_dir / checkpoints.BEST, device)
     model.load_state_dict(best["model"])
-    test = evaluate(model, cfg, task, stage, splits["test"], device, 0)
+    test = evaluate(model, cfg, task, stage, splits["test"], device, cfg.task.max_test_examples)
     if main_rank:
         writer.add_scalar(f"{stage}/test_metric", test["metric"], state["best_step"])
         writer.close()

@@ -4,7 +4,9 @@
     resume:  python studies/lra_table.py                      # the same command: finished cells are skipped,
                                                               # unfinished ones continue from their checkpoints
     report:  sptune report runs/studies/lra_table             # table + plots again, no training
-    smoke:   python studies/lra_table.py --smoke-test         # ~1.5 min on a 2-core CPU (measured)
+    smoke:   python studies/lra_table.py --smoke-test         # 40 s on a 2-core CPU (measured), plus ~40-70 s
+                                                              # once per cache to generate pathfinder-mini
+    GPUs:    add --gpus-per-trial 1 --max-concurrent <GPUs>   # Tune places one trial per GPU
 
 Scientific axis: architecture x initialization x objective, per task. Rows, as in the paper:
     Transformer, Tay et al. sizes, sinusoidal positions: scratch, masked SPT, causal SPT    (Table 1)

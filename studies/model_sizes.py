@@ -3,7 +3,8 @@
     launch:  python studies/model_sizes.py                    # 100K ... 10M parameters, Ray Tune + Optuna
     resume:  python studies/model_sizes.py                    # the same command; finished cells are skipped
     report:  sptune report runs/studies/model_sizes
-    smoke:   python studies/model_sizes.py --smoke-test       # ~1 min on a 2-core CPU (measured)
+    smoke:   python studies/model_sizes.py --smoke-test       # 25 s on a 2-core CPU (measured)
+    CPU only: add --gpus-per-trial 0 (the search_spaces/image files ask for one GPU per trial)
 
 Scientific axis: parameter budget {100K, 300K, 1M, 3M, 10M} x model (Transformer + Rotary, S4) x
 scratch / masked SPT. Each budget is met within 10% by sptune.studies.sizing: width (and depth when the

@@ -219,3 +219,32 @@ def test_accuracy_prints_in_percent_and_r2_as_is():
     assert report.fmt_value(0.6125, "accuracy") == "61.25"
     assert report.fmt_value(0.9987, "r2") == "0.999"
     assert report.fmt_value(math.nan, "accuracy") == "—"
+
+
+# ----------------------------------------------------------------------------- the real grids
+STUDY_SCRIPTS = ("lra_table", "data_fractions", "model_sizes", "spt_ratio", "kernels", "modalities")
+REAL_CELLS = {"lra_table": 111, "data_fractions": 36, "model_sizes": 30, "spt_ratio": 48, "kernels": 4,
+              "modalities": 36}
+
+
+@pytest.mark.parametrize("study", STUDY_SCRIPTS)
+def test_real_grid_builds_valid_configs_and_search_spaces(study):
+    """The paper's grid of every script resolves: every stage's config validates, every space parses."""
+    import importlib.util
+    from pathlib import Path
+
+    from sptune.tune import search
+
+    path = Path(__file__).resolve().parents[1] / "studies" / f"{study}.py"
+    spec = importlib.util.spec_from_file_location(f"study_{study}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    plan = module.build(runner.parse_args("", []))
+    assert len(plan.cells) == REAL_CELLS[study] and len({c.key for c in plan.cells}) == len(plan.cells)
+    for cell in plan.cells:
+        assert not cell.labels["task"].endswith("-mini")
+        space = cell.space if cell.space is not None else runner.repo_space(cell)
+        assert space is not None, f"{cell.key}: no search space"
+        search.parse({"stages": space})
+        for stage in cell.stages:
+            config.load(None, list(cell.overrides) + runner.plain_point(space, stage), stage=stage)

@@ -268,6 +268,7 @@ def ray_for_study(study_dir: Path, address: str | None) -> Iterator[None]:
     if ray.is_initialized():
         yield
         return
+    address = address or os.environ.get("RAY_ADDRESS")  # set inside `ray job submit` jobs, as the pipeline reads it
     tag = pipeline.ray_tag(study_dir)
     pipeline.stop_processes(pipeline.ray_processes(tag))
     os.environ[pipeline.TAG_ENV] = tag

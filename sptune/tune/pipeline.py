@@ -235,6 +235,7 @@ def ray_session(study_dir: Path, address: str | None = None) -> Iterator[None]:
     if ray.is_initialized():
         yield
         return
+    address = address or os.environ.get("RAY_ADDRESS")  # set inside `ray job submit` jobs
     check_driver(study_dir)
     tag = ray_tag(study_dir)
     stop_processes(ray_processes(tag))

@@ -38,9 +38,10 @@ PATHS = ("auto", "direct", "train")
 TRIAL = "trial.json"
 PROGRESS = "progress.json"
 WORKER = "worker.json"
-# The trial process of the train path only waits on its TorchTrainer: a sliver of a CPU, so the
-# workers get the real cores (on 2 cores a full CPU for it would leave one for training).
-DRIVER_CPUS = 0.01
+# The trial process of the train path only waits on its TorchTrainer, so it reserves no CPU (the
+# workers get every core: 2 workers on 2 cores must fit). A placement group needs some resource in
+# its bundle, and "memory" is one every Ray node has, unlike a custom resource.
+DRIVER_RESOURCES = {"CPU": 0, "memory": 64 * 2**20}
 CARRIED = (checkpoints.LAST, checkpoints.BEST, PROGRESS)  # what a Tune / Train checkpoint holds
 
 
@@ -75,7 +76,7 @@ def choose_path(workers: int, gpus_per_worker: float, forced: str = "auto") -> s
 def trial_resources(spec: TrialSpec) -> dict[str, float]:
     if spec.path == "direct":
         return {"CPU": spec.cpus_per_worker}
-    return {"CPU": DRIVER_CPUS}  # the TorchTrainer reserves the workers' CPUs/GPUs itself
+    return dict(DRIVER_RESOURCES)  # the TorchTrainer reserves the workers' CPUs/GPUs itself
 
 
 def trial_config(spec: TrialSpec, params: dict[str, Any]) -> Config:

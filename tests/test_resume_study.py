@@ -1,0 +1,112 @@
+"""`sptune resume` after the study driver dies for real: SIGKILL (nothing saved on the way out) and
+Ctrl-C (SIGINT). A study runs in a subprocess until one pretraining trial has finished and another
+has checkpoints, the driver is stopped, and the resumed study must keep the finished trial as it
+was, continue the other from its latest checkpoint, and end with a complete results table.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from ray_fixtures import sptune_env
+
+from sptune import checkpoints, results
+from sptune.tune import pipeline
+
+pytestmark = pytest.mark.slow
+
+CONFIG = {
+    "task": {"name": "listops-mini", "max_val_examples": 32},
+    "model": {"name": "transformer", "d_model": 16, "n_layers": 1, "n_heads": 2, "d_ff": 16},
+    "optim": {"batch_size": 8, "max_steps": 8, "eval_every": 4, "warmup_steps": 0},
+    # Pretraining is long enough to be caught mid-way; its batch-8 trial finishes well before the batch-128 one.
+    "stages": {"pretrain": {"optim": {"max_steps": 300, "eval_every": 10}}},
+}
+SPACE = {
+    "task": "listops-mini", "model": "transformer", "num_samples": 2, "max_concurrent": 2,
+    "stages": {"pretrain": {"params": {"optim.lr": [1e-3], "optim.batch_size": [8, 128]}},
+               "finetune": {"params": {"optim.lr": [1e-3, 5e-4], "optim.batch_size": [8]}},
+               "scratch": {"params": {"optim.lr": [1e-3, 5e-4], "optim.batch_size": [8]}}},
+}
+
+
+def sptune(*args, **kwargs):
+    return subprocess.Popen([sys.executable, "-m", "sptune.cli", *map(str, args)], env=sptune_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            **kwargs)
+
+
+def pretrain_runs(study_dir):
+    stage_dir = study_dir / "pretrain"
+    return sorted(p for p in stage_dir.iterdir() if (p / "trial.json").is_file()) if stage_dir.is_dir() else []
+
+
+def wait_for_midway(study_dir, proc, timeout=240):
+    """Until one pretraining trial has finished and another has a checkpoint but no result."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        runs = pretrain_runs(study_dir)
+        finished = [r for r in runs if (r / "result.json").is_file()]
+        midway = [r for r in runs if not (r / "result.json").is_file() and (r / "progress.json").is_file()
+                  and checkpoints.read_json(r / "progress.json")["step"] >= 20]
+        if finished and midway:
+            return finished[0], midway[0]
+        time.sleep(0.2)
+    raise AssertionError("the study never reached a finished and a checkpointed-but-unfinished trial")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
+def test_resume_after_the_driver_dies(tmp_path, sig):
+    config, space, study_dir = tmp_path / "config.yaml", tmp_path / "space.yaml", tmp_path / "study"
+    config.write_text(yaml.safe_dump(CONFIG))
+    space.write_text(yaml.safe_dump(SPACE))
+    tag = pipeline.ray_tag(study_dir)
+    driver = sptune("study", config, "--search-space", space, "--dir", study_dir, "--quiet")
+    procs = [driver]
+    try:
+        finished, midway = wait_for_midway(study_dir, driver)
+        os.kill(driver.pid, sig)
+        output = driver.communicate(timeout=60)[0]
+        if sig == signal.SIGINT:
+            assert driver.returncode == 130 and f"sptune resume {study_dir}" in output
+        kept = {name: (finished / name).read_bytes() for name in ("result.json", "trial.json", "best.pt")}
+        seen_step = checkpoints.read_json(midway / "progress.json")["step"]
+
+        resumed = sptune("resume", study_dir, "--quiet")
+        procs.append(resumed)
+        output = resumed.communicate(timeout=420)[0]
+        assert resumed.returncode == 0, output[-3000:]
+        assert results.RULE in output
+
+        # The finished trial was not run again: its files are byte for byte what they were.
+        assert {name: (finished / name).read_bytes() for name in kept} == kept
+        # The unfinished one continued from its latest checkpoint, not from step 0.
+        trial = checkpoints.read_json(midway / "trial.json")
+        starts = [a["start_step"] for a in trial["attempts"]]
+        assert len(starts) == 2 and starts[0] == 0 and starts[1] >= seen_step > 0
+        history = checkpoints.read_json(midway / "result.json")["history"]
+        assert [h["step"] for h in history] == list(range(10, 301, 10))  # every eval exactly once
+
+        # The table is complete: 2 trials per stage, all completed, finetuning from the best pretraining.
+        rows = results.collect(study_dir)
+        assert [r["stage"] for r in rows].count("pretrain") == 2 and len(rows) == 6
+        assert all(r["status"] == "completed" for r in rows)
+        best = results.best_row(rows, "pretrain")
+        assert all(r["init_trial"] == best["trial_id"] for r in rows if r["stage"] == "finetune")
+        assert len((study_dir / "results.csv").read_text().splitlines()) == 7
+        for stage in ("finetune", "scratch"):  # the searcher did not hand out a point twice
+            assert len({r["optim.lr"] for r in rows if r["stage"] == stage}) == 2
+
+        time.sleep(2)  # the resumed driver stopped its own Ray instance on the way out
+        assert pipeline.ray_processes(tag) == []
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+        pipeline.stop_processes(pipeline.ray_processes(tag))
