@@ -88,30 +88,44 @@ def create(config_path: str, overrides: list[str], study_dir: str | Path, space_
     missing = [s for s in PHASES if s not in space.stages]
     if missing:
         raise UserError(f"{space.path} has no grid for stage(s) {', '.join(missing)}; a study searches all three")
-    if options.train_path not in PATHS:
-        raise UserError(f"--train-path {options.train_path!r}; choose one of: {', '.join(PATHS)}")
-    pick = lambda value, key, default: value if value is not None else space.resources.get(key, default)  # noqa: E731
-    resolved = {
-        "num_samples": SMOKE_SAMPLES if options.smoke else (options.num_samples or space.num_samples),
-        "max_concurrent": options.max_concurrent or space.max_concurrent,
-        "workers": int(pick(options.workers, "workers", 1)),
-        "cpus_per_worker": float(pick(options.cpus_per_worker, "cpus_per_worker", 1)),
-        "gpus_per_worker": float(pick(options.gpus_per_worker, "gpus_per_worker", 0)),
-        "asha": space.asha if options.asha is not False and (options.asha or space.asha) else None,
-        "sampler": options.sampler or space.sampler, "seed": space.seed if options.seed is None else options.seed,
-        "max_failures": options.max_failures, "smoke": options.smoke,
-    }
-    if options.asha and resolved["asha"] is None:
-        resolved["asha"] = {"grace_period": max(1, stages["pretrain"]["optim"]["eval_every"]), "reduction_factor": 2}
-    if resolved["workers"] < 1 or resolved["cpus_per_worker"] <= 0 or resolved["gpus_per_worker"] < 0:
-        raise UserError("--workers must be >= 1, --cpus-per-worker > 0 and --gpus-per-worker >= 0")
-    resolved["path"] = choose_path(resolved["workers"], resolved["gpus_per_worker"], options.train_path)
+    resolved = resolve_options(options, space, stages["pretrain"]["optim"]["eval_every"])
     state = {"version": 1, "dir": str(study_dir), "config": str(config_path), "overrides": overrides,
              "stages": stages, "space": space.to_dict(), "options": resolved, "phases": {}, "selected": None,
              "created": time.time()}
     study_dir.mkdir(parents=True, exist_ok=True)
     save_state(study_dir, state)
     return state
+
+
+def resolve_options(options: Options, space: search.SearchSpace, eval_every: int) -> dict[str, Any]:
+    """Command-line options over the search-space file's settings over the defaults."""
+    if options.train_path not in PATHS:
+        raise UserError(f"--train-path {options.train_path!r}; choose one of: {', '.join(PATHS)}")
+    resources = space.resources
+
+    def pick(value: Any, key: str, default: float) -> Any:  # the command line, else the search space
+        return value if value is not None else resources.get(key, default)
+
+    asha = None if options.asha is False else space.asha
+    if options.asha and asha is None:  # --asha without settings in the file: a rung every eval
+        asha = {"grace_period": eval_every, "reduction_factor": 2}
+    resolved = {
+        "num_samples": SMOKE_SAMPLES if options.smoke else (options.num_samples or space.num_samples),
+        "max_concurrent": options.max_concurrent or space.max_concurrent,
+        "workers": int(pick(options.workers, "workers", 1)),
+        "cpus_per_worker": float(pick(options.cpus_per_worker, "cpus_per_worker", 1)),
+        "gpus_per_worker": float(pick(options.gpus_per_worker, "gpus_per_worker", 0)),
+        "asha": asha, "sampler": options.sampler or space.sampler,
+        "seed": space.seed if options.seed is None else options.seed,
+        "max_failures": options.max_failures, "smoke": options.smoke,
+    }
+    if resolved["workers"] < 1 or resolved["cpus_per_worker"] <= 0 or resolved["gpus_per_worker"] < 0:
+        raise UserError("--workers must be >= 1, --cpus-per-worker > 0 and --gpus-per-worker >= 0")
+    if options.train_path == "direct" and (resolved["workers"] > 1 or resolved["gpus_per_worker"] > 0):
+        raise UserError("--train-path direct runs each trial as one CPU process; multiple workers or GPUs "
+                        "need --train-path train (or auto)")
+    resolved["path"] = choose_path(resolved["workers"], resolved["gpus_per_worker"], options.train_path)
+    return resolved
 
 
 def load_state(study_dir: str | Path) -> dict[str, Any]:
@@ -149,7 +163,7 @@ def run(study_dir: str | Path, address: str | None = None, verbose: int = 1,
     log.info("%s", describe_path(state["options"]))
     with ray_session(study_dir, address):
         for phase in PHASES:
-            if state["phases"].get(phase) == "done" or str(state["phases"].get(phase, "")).startswith("skipped"):
+            if phase in state["phases"]:  # "done", or "skipped: <why>"
                 continue
             if phase == "finetune" and not select_pretraining(study_dir, state):
                 state["phases"]["finetune"] = "skipped: no pretraining trial completed"
@@ -204,7 +218,8 @@ def run_phase(study_dir: Path, state: dict[str, Any], phase: str, trainable: Cal
             search_alg=search.make_searcher(stage_space, options["sampler"], options["seed"]),
             scheduler=search.make_scheduler(options["asha"], spec.base["optim"]["max_steps"]),
             num_samples=search.trial_count(stage_space, options["num_samples"]),
-            max_concurrent_trials=options["max_concurrent"], trial_name_creator=partial(_trial_name, phase),
+            max_concurrent_trials=options["max_concurrent"], reuse_actors=True,
+            trial_name_creator=partial(_trial_name, phase),
             trial_dirname_creator=partial(_trial_name, phase)),
             run_config=tune.RunConfig(
                 name=phase, storage_path=str(study_dir / "tune"), verbose=verbose,
@@ -245,7 +260,9 @@ def ray_session(study_dir: Path, address: str | None = None) -> Iterator[None]:
     try:
         # The dashboard stays on: Ray Train's PlacementGroupCleaner asks its state API whether a
         # trial's controller is gone; without it stopped trials leak placement groups (ray#54305).
-        ray.init(address=address or "local", logging_level=logging.WARNING)
+        # Trials print one line per eval; Ray's INFO lines (a checkpoint saved, ...) would double them.
+        ray.init(address=address or "local", logging_level=logging.WARNING,
+                 logging_config=ray.LoggingConfig(log_level="WARNING"))
         yield
     finally:
         ray.shutdown()

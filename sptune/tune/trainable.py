@@ -108,7 +108,7 @@ def stage_trainable(params: dict[str, Any], spec: TrialSpec) -> None:
     done = finished_result(run_dir)
     if done is not None:
         # Finished before the study driver died but after Tune's last snapshot: never run it again.
-        tune.report(final_metrics(done))
+        tune.report(final_metrics(done, checkpoints.read_json(run_dir / TRIAL).get("wall_seconds")))
         return
     cfg = trial_config(spec, params)
     init_from = Path(spec.init["run_dir"]) if spec.init else None

@@ -1,0 +1,101 @@
+"""What does Ray Tune cost per trial? K identical trials as plain calls vs as a Tune study.
+
+    python benchmarks/ray_overhead.py                                   # K=4 trials of ~30 s (2 CPUs)
+    python benchmarks/ray_overhead.py --trials 3 optim.max_steps=20     # quicker, overhead-dominated
+    python benchmarks/ray_overhead.py --path train                      # the Ray Train TorchTrainer path
+
+Both sides run the same `sptune.train.run_stage` (stage `scratch` of the config, one torch thread),
+one trial at a time, trial i with run.seed=i. Printed: the wall time of the K plain calls, of the K
+Tune trials (from Tuner start, Ray already up), their ratio, the ratio with Ray's start included,
+and each trial's start latency (previous trial's end -> this trial's first line of code, the first
+trial measured from the Tuner start). Target: ratio <= 1.2 for trials of >= 30 s of work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+# ~30 s of training per trial on one core of the CI machine (the demo model at batch 32).
+DEFAULT_OVERRIDES = ["optim.max_steps=250", "optim.eval_every=50", "task.max_val_examples=200"]
+
+
+def plain(config: str, overrides: list[str], trials: int, out: Path) -> float:
+    from sptune import config as cfg_mod
+    from sptune import train
+
+    start = time.perf_counter()
+    for i in range(trials):
+        cfg = cfg_mod.load(config, overrides + [f"run.seed={i}", "run.num_threads=1", "run.progress=false"],
+                           stage="scratch")
+        result = train.run_stage(cfg, "scratch", run_dir=out / f"plain-{i}")
+        assert result["status"] == "completed", result.get("reason")
+    return time.perf_counter() - start
+
+
+def tuned(config: str, overrides: list[str], trials: int, out: Path, path: str) -> tuple[float, float, list[float]]:
+    import ray
+
+    from sptune import checkpoints
+    from sptune.tune import pipeline, trainable
+
+    space = out / "space.yaml"
+    seeds = {"params": {"run.seed": list(range(trials))}}
+    space.write_text(yaml.safe_dump({"num_samples": trials, "max_concurrent": 1,
+                                     "stages": {"pretrain": seeds, "finetune": seeds, "scratch": seeds}}))
+    state = pipeline.create(config, overrides, out / "study", str(space),
+                            pipeline.Options(train_path=path, max_concurrent=1))
+    start = time.perf_counter()
+    ray.init(logging_level="WARNING", log_to_driver=False)
+    ray_start = time.perf_counter() - start
+    try:
+        begin_wall = time.time()
+        begin = time.perf_counter()
+        with pipeline.ray_session(Path(state["dir"])):
+            pipeline.run_phase(Path(state["dir"]), state, "scratch", trainable.stage_trainable, verbose=0)
+        total = time.perf_counter() - begin
+    finally:
+        ray.shutdown()
+    runs = sorted((Path(state["dir"]) / "scratch").iterdir(),
+                  key=lambda d: checkpoints.read_json(d / "trial.json")["attempts"][0]["started"])
+    latencies, previous_end = [], begin_wall
+    for run in runs:
+        started = checkpoints.read_json(run / "trial.json")["attempts"][0]["started"]
+        latencies.append(started - previous_end)
+        previous_end = (run / "result.json").stat().st_mtime
+    return total, ray_start, latencies
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("overrides", nargs="*", help=f"config overrides (default: {' '.join(DEFAULT_OVERRIDES)})")
+    parser.add_argument("--config", default=str(REPO / "configs" / "listops_mini_transformer.yaml"))
+    parser.add_argument("--trials", type=int, default=4, help="K: trials on each side")
+    parser.add_argument("--path", choices=("direct", "train"), default="direct",
+                        help="direct: trial runs the stage itself; train: a TorchTrainer with one worker")
+    args = parser.parse_args()
+    overrides = args.overrides or DEFAULT_OVERRIDES
+    with tempfile.TemporaryDirectory(prefix="ray-overhead-") as tmp:
+        out = Path(tmp)
+        plain(args.config, overrides, 1, out / "warmup")  # data generated and cached once, outside both timings
+        base = plain(args.config, overrides, args.trials, out)
+        total, ray_start, latencies = tuned(args.config, overrides, args.trials, out, args.path)
+    print(f"{args.trials} trials of `scratch` with {' '.join(overrides)} ({args.path} path)")
+    print(f"plain calls:      {base:8.1f} s   ({base / args.trials:.1f} s per trial)")
+    print(f"Ray Tune trials:  {total:8.1f} s   ({total / args.trials:.1f} s per trial), Ray start {ray_start:.1f} s")
+    print(f"ratio Tune / plain: {total / base:.2f}   with Ray start: {(total + ray_start) / base:.2f}   (target <= 1.2)")
+    print("trial start latency: " + ", ".join(f"{x:.1f}" for x in latencies)
+          + f" s (median {statistics.median(latencies):.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(REPO))
+    sys.exit(main())
