@@ -103,9 +103,9 @@ def test_resume_after_the_driver_dies(tmp_path, sig):
             assert len({r["optim.lr"] for r in rows if r["stage"] == stage}) == 2
 
         time.sleep(2)  # the resumed driver stopped its own Ray instance on the way out
-        assert pipeline.ray_processes(tag) == []
+        assert pipeline.leftover_processes(study_dir) == []
     finally:
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
-        pipeline.stop_processes(pipeline.ray_processes(tag))
+        pipeline.stop_processes(pipeline.leftover_processes(study_dir) + pipeline.ray_processes(tag))

@@ -249,6 +249,38 @@ def test_torch_trainer_path_with_two_ddp_workers(tmp_path, ray_instance):
     assert checkpoints.read_json(Path(row["run_dir"]) / "progress.json")["step"] == 8
 
 
+@pytest.mark.slow
+def test_torch_trainer_restarts_a_killed_worker_from_its_checkpoint(tmp_path, ray_instance):
+    state = new_study(tmp_path, overrides=["optim.max_steps=160", "optim.eval_every=10"],
+                      options=pipeline.Options(train_path="train", max_concurrent=1))
+    study_dir, found = Path(state["dir"]), []
+    pid = lambda run_dir: checkpoints.read_json(run_dir / trainable.WORKER)["pid"]  # noqa: E731
+    threading.Thread(target=kill_when, args=(lambda: trial_dirs(study_dir, "scratch") if
+                                             (study_dir / "scratch").is_dir() else [], 20, pid, found),
+                     daemon=True).start()
+    pipeline.run_phase(study_dir, state, "scratch", trainable.stage_trainable, verbose=0)
+    (row,) = results.collect(study_dir)
+    assert found and row["status"] == "completed" and row["steps"] == 160
+    assert row["attempts"] == 1  # Ray Train replaced its worker; the Tune trial itself never failed
+    worker = checkpoints.read_json(Path(row["run_dir"]) / trainable.WORKER)
+    assert worker["start_step"] >= found[0] >= 20
+    history = checkpoints.read_json(Path(row["run_dir"]) / "result.json")["history"]
+    assert [h["step"] for h in history] == list(range(10, 161, 10))
+
+
+def test_asha_stops_only_on_our_steps_and_lets_finishers_finish(tmp_path, ray_instance):
+    stages = {"scratch": {"params": {"optim.lr": [3e-3, 1e-3, 3e-4, 1e-5], "optim.batch_size": [8]}}}
+    state = new_study(tmp_path, stages, overrides=["optim.max_steps=48", "optim.eval_every=8"], num_samples=4,
+                      asha={"grace_period": 8, "reduction_factor": 2})
+    pipeline.run_phase(Path(state["dir"]), state, "scratch", trainable.stage_trainable, verbose=0)
+    state["phases"]["scratch"] = "done"
+    pipeline.save_state(Path(state["dir"]), state)
+    rows = results.collect(state["dir"])
+    assert len(rows) == 4
+    for row in rows:  # a trial that reached its last step has its result; only earlier ones were stopped
+        assert (row["status"], row["steps"] == 48) in {("completed", True), ("stopped", False)}
+
+
 def test_choice_of_path():
     assert trainable.choose_path(1, 0) == "direct"
     assert trainable.choose_path(2, 0) == "train" and trainable.choose_path(1, 1) == "train"
@@ -333,4 +365,4 @@ def test_cli_smoke_study_then_results(tmp_path):
                                text=True, env=sptune_env(), timeout=60)
         assert again.returncode == 0 and results.RULE in again.stdout
     finally:
-        pipeline.stop_processes(pipeline.ray_processes(pipeline.ray_tag(study_dir)))
+        pipeline.stop_processes(pipeline.leftover_processes(study_dir))

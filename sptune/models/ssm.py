@@ -295,6 +295,8 @@ def fft_conv(u, k):
         k = F.pad(k[0], (0, L)) + F.pad(k[1].flip(-1), (L, 0))  # (H, 2L)
     else:
         k = k[0]  # (H, L)
-    k_f = torch.fft.rfft(k.float(), n=2 * L)  # (H, L+1)
-    u_f = torch.fft.rfft(u.float(), n=2 * L)  # (B, H, L+1): FFTs run in fp32 also under bf16 autocast
+    # FFTs have no half-precision CPU kernels: under bf16 autocast they run in fp32 (fp64 stays fp64).
+    work = torch.promote_types(torch.promote_types(u.dtype, k.dtype), torch.float32)
+    k_f = torch.fft.rfft(k.to(work), n=2 * L)  # (H, L+1)
+    u_f = torch.fft.rfft(u.to(work), n=2 * L)  # (B, H, L+1)
     return torch.fft.irfft(u_f * k_f, n=2 * L)[..., :L].to(u.dtype)  # (B, H, L)

@@ -25,13 +25,14 @@ import copy
 import hashlib
 import logging
 import os
+import re
 import signal
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from sptune import checkpoints, results
 from sptune.config import STAGE_NAMES
@@ -252,10 +253,10 @@ def ray_session(study_dir: Path, address: str | None = None) -> Iterator[None]:
         return
     address = address or os.environ.get("RAY_ADDRESS")  # set inside `ray job submit` jobs
     check_driver(study_dir)
+    stop_processes(leftover_processes(study_dir))  # a killed driver's Ray instance, if it left anything
     tag = ray_tag(study_dir)
-    stop_processes(ray_processes(tag))
-    checkpoints.write_json_atomic({"pid": os.getpid(), "tag": tag, "address": address, "started": time.time()},
-                                  study_dir / DRIVER_FILE)
+    driver = {"pid": os.getpid(), "tag": tag, "address": address, "started": time.time(), "raylet_pids": []}
+    checkpoints.write_json_atomic(driver, study_dir / DRIVER_FILE)
     os.environ[TAG_ENV] = tag
     try:
         # The dashboard stays on: Ray Train's PlacementGroupCleaner asks its state API whether a
@@ -263,6 +264,9 @@ def ray_session(study_dir: Path, address: str | None = None) -> Iterator[None]:
         # Trials print one line per eval; Ray's INFO lines (a checkpoint saved, ...) would double them.
         ray.init(address=address or "local", logging_level=logging.WARNING,
                  logging_config=ray.LoggingConfig(log_level="WARNING"))
+        # Recorded for a later cleanup: if this driver is killed, the raylet's agents outlive it.
+        driver["raylet_pids"] = [pid for pid in ray_processes(tag) if _cmdline(pid).split(" ")[0].endswith("/raylet")]
+        checkpoints.write_json_atomic(driver, study_dir / DRIVER_FILE)
         yield
     finally:
         ray.shutdown()
@@ -283,17 +287,37 @@ def ray_tag(study_dir: str | Path) -> str:
     return "sptune-" + hashlib.sha1(str(Path(study_dir).resolve()).encode()).hexdigest()[:12]
 
 
-def ray_processes(tag: str) -> list[int]:
-    """PIDs whose environment carries `SPTUNE_RAY_TAG=<tag>` (Linux /proc; elsewhere none are found)."""
-    needle = f"{TAG_ENV}={tag}\0".encode()
-    pids = []
+def ray_processes(tag: str, raylet_pids: Iterable[int] = ()) -> list[int]:
+    """PIDs of one Ray instance: the processes whose environment carries `SPTUNE_RAY_TAG=<tag>`, and
+    the agents of its raylets, which start with an environment of their own naming their raylet in
+    RAY_RAYLET_PID (`raylet_pids`: raylets recorded earlier, now dead, whose agents may be left).
+    Linux /proc; elsewhere none are found."""
+    needle = f"\0{TAG_ENV}={tag}\0".encode()
+    tagged, raylet_of = [], {}
     for proc in Path("/proc").glob("[0-9]*"):
         try:
-            if needle in (proc / "environ").read_bytes() and int(proc.name) != os.getpid():
-                pids.append(int(proc.name))
+            env = b"\0" + (proc / "environ").read_bytes()
         except OSError:
             continue  # exited meanwhile, or not ours to read
-    return pids
+        pid = int(proc.name)
+        if pid == os.getpid():
+            continue
+        if needle in env:
+            tagged.append(pid)
+        match = re.search(rb"\0RAY_RAYLET_PID=(\d+)\0", env)
+        if match:
+            raylet_of[pid] = int(match.group(1))
+    raylets = set(tagged) | {pid for pid in raylet_pids if not _alive(pid)}  # a live raylet must be tagged
+    return tagged + [pid for pid, raylet in raylet_of.items() if raylet in raylets and pid not in tagged]
+
+
+def leftover_processes(study_dir: str | Path) -> list[int]:
+    """What the local Ray instance of a study's last driver left running (none if it joined a cluster)."""
+    path = Path(study_dir) / DRIVER_FILE
+    if not path.is_file():
+        return []
+    driver = checkpoints.read_json(path)
+    return ray_processes(driver["tag"], driver.get("raylet_pids", []))
 
 
 def stop_processes(pids: list[int], timeout: float = 10.0) -> None:

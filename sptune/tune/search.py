@@ -227,8 +227,11 @@ def _quiet_exhausted_grid(record: logging.LogRecord) -> bool:
 def make_scheduler(asha: dict[str, Any] | None, max_t: int):
     if not asha:
         return None  # FIFO: every trial runs to its last step
+    # stop_last_trials=False: a trial that reaches max_t ends by itself, after its test evaluation
+    # (ASHA would stop it at its last eval report, before the trainer writes its result).
     return ASHAScheduler(time_attr=TIME_ATTR, metric=METRIC, mode=MODE, max_t=max_t,
-                         grace_period=min(asha["grace_period"], max_t), reduction_factor=asha["reduction_factor"])
+                         grace_period=min(asha["grace_period"], max_t), reduction_factor=asha["reduction_factor"],
+                         stop_last_trials=False)
 
 
 class UniqueOptunaSearch(OptunaSearch):

@@ -292,7 +292,7 @@ def train_worker(loop_config: dict[str, Any]) -> None:
     if rank == 0:
         restore_files(ray.train.get_checkpoint(), run_dir)
         checkpoints.write_json_atomic({"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
-                                       "hostname": socket.gethostname(),
+                                       "hostname": socket.gethostname(), "start_step": _resume_step(run_dir),
                                        "world_size": ray.train.get_context().get_world_size()}, run_dir / WORKER)
     if dist.is_available() and dist.is_initialized():
         dist.barrier()  # the other ranks read last.pt only after rank 0 restored it
