@@ -90,7 +90,8 @@ def main() -> int:
     print(f"{args.trials} trials of `scratch` with {' '.join(overrides)} ({args.path} path)")
     print(f"plain calls:      {base:8.1f} s   ({base / args.trials:.1f} s per trial)")
     print(f"Ray Tune trials:  {total:8.1f} s   ({total / args.trials:.1f} s per trial), Ray start {ray_start:.1f} s")
-    print(f"ratio Tune / plain: {total / base:.2f}   with Ray start: {(total + ray_start) / base:.2f}   (target <= 1.2)")
+    print(f"ratio Tune / plain: {total / base:.2f}   with Ray start: {(total + ray_start) / base:.2f}"
+          "   (target <= 1.2)")
     print("trial start latency: " + ", ".join(f"{x:.1f}" for x in latencies)
           + f" s (median {statistics.median(latencies):.1f} s)")
     return 0

@@ -31,7 +31,7 @@ RULE = ("selection: per stage, the trial with the best validation metric; its te
 COLUMNS = ["stage", "trial_id", "status", "reason", "metric", "best_val", "best_step", "final_val", "test_metric",
            "steps", "train_seconds", "wall_seconds", "devices", "device_seconds", "flops_estimate", "n_params",
            "path", "attempts", "start_steps", "node_id", "hostname", "pid", "init_trial", "init_step",
-           "init_run_dir", "selected", "run_dir"]
+           "init_checkpoint", "selected", "run_dir"]
 
 
 def study_state(study_dir: Path) -> dict[str, Any]:
@@ -69,7 +69,7 @@ def trial_row(run_dir: Path, phase_done: bool) -> dict[str, Any]:
         "stage": trial["stage"], "trial_id": trial["trial_id"], "path": trial["path"], "devices": trial["devices"],
         "attempts": len(trial["attempts"]), "start_steps": ";".join(str(a["start_step"]) for a in trial["attempts"]),
         "node_id": last["node_id"], "hostname": last["hostname"], "pid": last["pid"],
-        "init_trial": init.get("trial"), "init_step": init.get("step"), "init_run_dir": init.get("run_dir"),
+        "init_trial": init.get("trial"), "init_step": init.get("step"), "init_checkpoint": init.get("checkpoint"),
         "selected": False, "run_dir": str(run_dir),
         "wall_seconds": trial.get("wall_seconds", progress.get("wall_seconds")),
         **{key: value for key, value in trial["params"].items()},

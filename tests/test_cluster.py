@@ -32,7 +32,8 @@ def test_cluster_yaml_matches_the_schema_shipped_with_ray():
     assert sum(w["max_workers"] for w in workers) <= cluster["max_workers"]
     setup = " ".join(cluster["setup_commands"])
     assert "/home/ubuntu/sptune" in setup and "[gpu]" in setup and "torch==" in setup
-    assert cluster["file_mounts"]["/home/ubuntu/sptune"] == "." and any("sptune_data" in k for k in cluster["file_mounts"])
+    mounts = cluster["file_mounts"]
+    assert mounts["/home/ubuntu/sptune"] == "." and any("sptune_data" in remote for remote in mounts)
     # Every node sees the studies at the same path: the head exports them, the workers mount them.
     assert any("/home/ubuntu/studies" in c for c in cluster["head_setup_commands"])
     assert any("mount -t nfs" in c for c in cluster["worker_start_ray_commands"])

@@ -137,6 +137,7 @@ def test_study_direct_path_end_to_end(tmp_path, ray_instance):
     best = max(pre, key=lambda r: r["best_val"])
     finetune = next(r for r in rows if r["stage"] == "finetune")
     assert finetune["init_trial"] == best["trial_id"] and finetune["init_step"] == best["best_step"]
+    assert finetune["init_checkpoint"] == str(Path(best["run_dir"]) / "best.pt")
     assert checkpoints.read_json(Path(finetune["run_dir"]) / "result.json")["init_from"] == best["run_dir"]
 
     # The results table: CSV with every trial, and the summary with the selection rule.

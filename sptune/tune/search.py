@@ -71,8 +71,8 @@ class SearchSpace:
     resources: dict[str, float] = field(default_factory=dict)  # workers, cpus_per_worker, gpus_per_worker
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "task": self.task, "model": self.model, "num_samples": self.num_samples, "max_concurrent": self.max_concurrent,
-                "seed": self.seed, "sampler": self.sampler, "asha": self.asha, "resources": self.resources,
+        return {"path": self.path, "task": self.task, "model": self.model, "num_samples": self.num_samples,
+                "max_concurrent": self.max_concurrent, "seed": self.seed, "sampler": self.sampler, "asha": self.asha, "resources": self.resources,
                 "stages": {s: {"params": sp.params, "points": sp.points} for s, sp in self.stages.items()}}
 
 

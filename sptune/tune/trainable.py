@@ -2,7 +2,7 @@
 
     direct  one CPU worker: the stage function runs in the Tune trial process itself; each eval is
             reported with `ray.tune.report` and a checkpoint, restored with `ray.tune.get_checkpoint`.
-            Ray Train would add a controller and a worker actor (~10 s a trial) and nothing else.
+            Ray Train would add a controller and a worker actor (~12 s a trial here) and nothing else.
     train   N workers and/or GPUs: the trial launches a `TorchTrainer` (DDP: gloo on CPU, nccl on
             GPU) under a deterministic run name, so a retried trial resumes that Train run from its
             latest checkpoint; workers report with `ray.train.report`, and `TuneReportCallback`
