@@ -260,7 +260,3 @@ def dump(cfg: Config, path: str | os.PathLike) -> None:
     data = cfg.to_dict()
     data["optim"]["betas"] = list(data["optim"]["betas"])
     atomic.write_text(path, yaml.safe_dump(data, sort_keys=False))
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    atomic.write_text(path, text)

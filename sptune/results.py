@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sptune import checkpoints
-from sptune.config import write_text_atomic
+from sptune.atomic import write_text as write_text_atomic
 
 STAGES = ("pretrain", "finetune", "scratch")
 CSV_NAME = "results.csv"

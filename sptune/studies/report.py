@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sptune.config import load as load_config
-from sptune.config import write_text_atomic
+from sptune.atomic import write_text as write_text_atomic
 from sptune.studies import plots
 from sptune.studies.runner import CELLS_DIR, ERROR_FILE, Plan, cell_rows, load_plan
 

@@ -29,7 +29,6 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 import torch
 
-from sptune import atomic
 from sptune.errors import UserError
 from sptune.tasks.base import Split, cache_root
 
@@ -137,10 +136,6 @@ def holdout(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]
 
 
 # --- placing prepared data --------------------------------------------------------------------
-
-
-write_atomically = atomic.write_bytes  # kept as names the loaders already use
-copy_atomically = atomic.copy_file
 
 
 @contextmanager

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sptune import atomic
 from sptune.errors import UserError
 from sptune.tasks import cache, listops
 from sptune.tasks.base import PAD_ID, SPECIAL_TOKENS, Split, Task
@@ -215,7 +216,7 @@ def _preparer(files: dict[str, str]):
                 raise UserError(f"--from {source}: no {', '.join(absent)} inside; pass lra_release.gz "
                                 f"from https://github.com/google-research/long-range-arena or its unpacked directory")
             for name, path in found.items():
-                cache.copy_atomically(path, data_dir / name)
+                atomic.copy_file(path, data_dir / name)
 
     return prepare
 

@@ -47,6 +47,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
+from sptune import atomic
 from sptune.errors import UserError
 from sptune.tasks import cache
 from sptune.tasks.base import SPECIAL_TOKENS, Split, Task
@@ -552,7 +553,7 @@ def load_generated(task: Task, data_dir: Path, seed: int) -> dict[str, Split]:
         data = {"pixels": torch.from_numpy(images.reshape(len(images), -1)), "labels": torch.from_numpy(labels)}
         buffer = io.BytesIO()
         torch.save(data, buffer)
-        cache.write_atomically(path, buffer.getvalue())
+        atomic.write_bytes(path, buffer.getvalue())
     return _splits(data["pixels"].long() + TOKEN_OFFSET, data["labels"], sizes)
 
 
