@@ -1,8 +1,10 @@
 """Test settings shared by every test: offline hub, a private cache, and the --slow switch."""
 
 import os
+from pathlib import Path
 
 import pytest
+import torch
 
 # No test may touch the network: the hub libraries fail in < 1 s instead of retrying.
 os.environ["HF_DATASETS_OFFLINE"] = "1"
@@ -26,3 +28,19 @@ if "SPTUNE_CACHE" not in os.environ:
     import tempfile
 
     os.environ["SPTUNE_CACHE"] = tempfile.mkdtemp(prefix="sptune-test-cache-")
+
+
+# Tensors from the public S4 implementation (../shared/reference beside the checkout, as in CI).
+REFERENCE = Path(os.environ.get(
+    "SPTUNE_REFERENCE", Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "s4_v4_reference.pt"))
+
+
+@pytest.fixture(scope="session")
+def reference():
+    if not REFERENCE.exists():
+        pytest.skip(f"s4 reference tensors not found at {REFERENCE} (set SPTUNE_REFERENCE to their path)")
+    return torch.load(REFERENCE, weights_only=False)  # trusted local file of plain tensors
+
+
+def rel_err(a, b):
+    return ((a - b).abs().max() / b.abs().max()).item()

@@ -1,30 +1,17 @@
 """S4Layer and DLRLayer: s4 reference block, conv vs recurrence, causality, random init, optimizer tags."""
 
-import os
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import rel_err
 
 from sptune.errors import UserError
 from sptune.models.dlr import DLRLayer
 from sptune.models.s4 import S4Layer
 
-REFERENCE = Path(os.environ.get(
-    "SPTUNE_REFERENCE", Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "s4_v4_reference.pt"))
 TOL = 1e-4
 S4_MODES = ["dplr", "diag-lin", "diag-inv", "diag-legs"]
 
-
-@pytest.fixture(scope="module")
-def reference():
-    if not REFERENCE.exists():
-        pytest.skip(f"s4 reference tensors not found at {REFERENCE} (set SPTUNE_REFERENCE to their path)")
-    return torch.load(REFERENCE, weights_only=False)  # trusted local file of plain tensors
-
-
-def rel_err(a, b):
-    return ((a - b).abs().max() / b.abs().max()).item()
 
 
 def make_layer(kind, bidirectional, init="structured", mode="dplr"):

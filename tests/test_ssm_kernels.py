@@ -2,29 +2,16 @@
 
 import logging
 import math
-import os
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import rel_err
 
 from sptune.errors import UserError
 from sptune.models import ssm, ssm_minimal
 
-REFERENCE = Path(os.environ.get(
-    "SPTUNE_REFERENCE", Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "s4_v4_reference.pt"))
 TOL = 1e-4  # max |k_ours - k| / max |k| for float32 (reference README)
 
-
-@pytest.fixture(scope="module")
-def reference():
-    if not REFERENCE.exists():
-        pytest.skip(f"s4 reference tensors not found at {REFERENCE} (set SPTUNE_REFERENCE to their path)")
-    return torch.load(REFERENCE, weights_only=False)  # trusted local file of plain tensors
-
-
-def rel_err(a, b):
-    return ((a - b).abs().max() / b.abs().max()).item()
 
 
 def reference_params(sd):

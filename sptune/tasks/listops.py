@@ -25,6 +25,7 @@ from __future__ import annotations
 import csv
 import os
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -325,17 +326,11 @@ LISTOPS = Task(
 # Same generator and tree settings, shorter trees: 64 < tokens < 256 keeps the official ratio of
 # min_length to max_length (1/4) and max_length == seq_len. The official depth cap and argument
 # count still reach these lengths quickly (about 3% of sampled trees are kept), so they are kept.
-LISTOPS_MINI = Task(
+LISTOPS_MINI = replace(
+    LISTOPS,
     name="listops-mini",
     seq_len=256,
-    input_kind="tokens",
-    num_classes=10,
-    metric="accuracy",
-    mask_ratio=0.10,  # paper §2
-    pretrain_loss="ce",
-    loader=load_listops,
-    vocab_size=len(VOCAB),
-    extras={"num_train": 4_000, "num_val": 500, "num_test": 500, "min_length": 64,
-            "max_length": 256, "max_depth": 10, "max_args": 10, "seed": 0},
+    extras={**LISTOPS.extras, "num_train": 4_000, "num_val": 500, "num_test": 500, "min_length": 64,
+            "max_length": 256},
     description="ListOps with short trees (64 < tokens < 256), 4000/500/500: a quick ListOps.",
 )
