@@ -44,3 +44,18 @@ def reference():
 
 def rel_err(a, b):
     return ((a - b).abs().max() / b.abs().max()).item()
+
+
+@pytest.fixture
+def offline_roots(tmp_path, monkeypatch):
+    """Fresh data and cache roots, and a `datasets` that is offline with an empty cache."""
+    import datasets
+
+    monkeypatch.setenv("SPTUNE_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("SPTUNE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-datasets")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    datasets.disable_progress_bars()
+    return tmp_path

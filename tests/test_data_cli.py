@@ -20,14 +20,8 @@ MY_TASKS = [*lra.TASKS, *hub.TASKS, *bidmc.TASKS]
 
 
 @pytest.fixture(autouse=True)
-def roots(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPTUNE_DATA", str(tmp_path / "data"))
-    monkeypatch.setenv("SPTUNE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-datasets")
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
-    datasets.disable_progress_bars()
+def roots(offline_roots, monkeypatch):
+    tmp_path = offline_roots
     # The tasks of this module plus one generated task; the real registry is checked separately.
     tasks = {t.name: t for t in [*MY_TASKS, listops.LISTOPS_MINI]}
     monkeypatch.setattr(data_cli, "_registry", lambda: tasks)

@@ -23,16 +23,8 @@ from sptune.tasks.base import PAD_ID  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
-def roots(tmp_path, monkeypatch):
-    """Fresh data and cache roots, and a `datasets` that is offline with an empty cache."""
-    monkeypatch.setenv("SPTUNE_DATA", str(tmp_path / "data"))
-    monkeypatch.setenv("SPTUNE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-datasets")
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
-    datasets.disable_progress_bars()
-    return tmp_path
+def roots(offline_roots):
+    return offline_roots
 
 
 # --- fixture writers (the releases' formats) --------------------------------------------------
