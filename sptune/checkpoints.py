@@ -35,3 +35,12 @@ def write_json_atomic(obj: Any, path: Path) -> None:
 
 def read_json(path: Path) -> dict[str, Any]:
     return json.loads(Path(path).read_text())
+
+
+def finished_result(run_dir: Path) -> dict[str, Any] | None:
+    """The run's result.json once the run has ended (completed or failed); None while it has not."""
+    path = Path(run_dir) / RESULT
+    if not path.is_file():
+        return None
+    result = read_json(path)
+    return result if result.get("status") in ("completed", "failed") else None

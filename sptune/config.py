@@ -210,12 +210,7 @@ def load(path: str | os.PathLike | None = None, overrides: list[str] | None = No
     data: dict[str, Any] = {}
     if path:
         p = Path(path)
-        if not p.is_file():
-            raise UserError(f"config file {p} does not exist; pass a path to a YAML config (see configs/)")
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise UserError(f"config file {p} is not valid YAML ({str(exc).splitlines()[0]}); fix its syntax") from None
+        data = read_yaml(p, "config file", "pass a path to a YAML config (see configs/)")
         if not isinstance(data, dict):
             raise UserError(f"config file {p} must hold a mapping of sections (task, model, objective, optim, run)")
     stages = data.pop("stages", None) or {}
@@ -224,6 +219,16 @@ def load(path: str | os.PathLike | None = None, overrides: list[str] | None = No
     if stage is not None:
         data = merge(data, stages.get(stage) or {})
     return from_dict(merge(data, parse_overrides(overrides or [], stage)))
+
+
+def read_yaml(path: Path, what: str, fix: str) -> Any:
+    """safe_load a YAML file; a missing file or bad syntax is a one-line UserError."""
+    if not path.is_file():
+        raise UserError(f"{what} {path} does not exist; {fix}")
+    try:
+        return yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise UserError(f"{what} {path} is not valid YAML ({str(exc).splitlines()[0]}); fix its syntax") from None
 
 
 def validate(cfg: Config) -> None:

@@ -152,24 +152,16 @@ def plain_point(space: dict[str, Any] | None, stage: str) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- plain backend
-def final_result(run_dir: Path) -> dict[str, Any] | None:
-    path = run_dir / checkpoints.RESULT
-    if not path.is_file():
-        return None
-    result = checkpoints.read_json(path)
-    return result if result.get("status") in ("completed", "failed") else None
-
-
 def run_cell_plain(cell: Cell, cell_dir: Path) -> None:
     from sptune import train
 
     for stage in [s for s in STAGE_ORDER if s in cell.stages]:
         run_dir = cell_dir / stage
-        if final_result(run_dir) is not None:
+        if checkpoints.finished_result(run_dir) is not None:
             continue
         init_from = None
         if stage == "finetune":
-            if final_result(cell_dir / "pretrain")["status"] == "failed":
+            if checkpoints.finished_result(cell_dir / "pretrain")["status"] == "failed":
                 continue  # nothing to finetune; the report shows the SPT arm as failed, with the reason
             init_from = cell_dir / "pretrain"
         space = cell.space if cell.space is not None else repo_space(cell)
@@ -181,7 +173,7 @@ def run_cell_plain(cell: Cell, cell_dir: Path) -> None:
 def plain_rows(cell: Cell, cell_dir: Path) -> list[dict[str, Any]]:
     rows = []
     for stage in [s for s in STAGE_ORDER if s in cell.stages]:
-        result = final_result(cell_dir / stage)
+        result = checkpoints.finished_result(cell_dir / stage)
         if result is None:
             continue
         cfg = load_config(cell_dir / stage / "config.yaml")
@@ -292,7 +284,7 @@ def cell_rows(cell: Cell, cell_dir: Path) -> list[dict[str, Any]]:
 def cell_done(cell: Cell, cell_dir: Path, backend: str) -> bool:
     if backend == "tune":
         return tune_done(cell, cell_dir)
-    results = {s: final_result(cell_dir / s) for s in cell.stages}
+    results = {s: checkpoints.finished_result(cell_dir / s) for s in cell.stages}
     pretraining_failed = (results.get("pretrain") or {}).get("status") == "failed"
     return all(r is not None or (s == "finetune" and pretraining_failed) for s, r in results.items())
 

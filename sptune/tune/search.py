@@ -26,13 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-import yaml
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 from ray.tune.schedulers import ASHAScheduler
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
-from sptune.config import STAGE_NAMES, from_dict
+from sptune.config import STAGE_NAMES, from_dict, read_yaml
 from sptune.errors import UserError
 
 METRIC = "best_val"  # every trial reports its running best validation metric under this name
@@ -88,12 +87,7 @@ def default_path(task: str, model: str) -> Path:
 
 def load(path: str | Path) -> SearchSpace:
     p = Path(path)
-    if not p.is_file():
-        raise UserError(f"search space {p} does not exist; pass a search_spaces/<task>/<model>.yaml file")
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise UserError(f"search space {p} is not valid YAML ({str(exc).splitlines()[0]})") from None
+    data = read_yaml(p, "search space", "pass a search_spaces/<task>/<model>.yaml file")
     return parse(data, str(p))
 
 

@@ -105,7 +105,7 @@ def stage_trainable(params: dict[str, Any], spec: TrialSpec) -> None:
 
     trial_id = tune.get_context().get_trial_id()
     run_dir = Path(spec.study_dir) / spec.stage / run_name(spec.stage, trial_id, params)
-    done = finished_result(run_dir)
+    done = checkpoints.finished_result(run_dir)
     if done is not None:
         # Finished before the study driver died but after Tune's last snapshot: never run it again.
         tune.report(final_metrics(done, checkpoints.read_json(run_dir / TRIAL).get("wall_seconds")))
@@ -191,14 +191,6 @@ def restore_files(checkpoint: Any, run_dir: Path) -> None:
 
 def _step(progress: Path) -> int:
     return checkpoints.read_json(progress)["step"] if progress.is_file() else -1
-
-
-def finished_result(run_dir: Path) -> dict[str, Any] | None:
-    path = run_dir / checkpoints.RESULT
-    if not path.is_file():
-        return None
-    result = checkpoints.read_json(path)
-    return result if result.get("status") in ("completed", "failed") else None
 
 
 # ----------------------------------------------------------------------------- trial record
