@@ -150,9 +150,10 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
     if stage not in STAGES:
         raise UserError(f"unknown stage '{stage}'; choose one of: {', '.join(STAGES)}")
 
-    # 1. Setup: resolve the config, its fingerprint and run directory (which must be this config's,
-    #    checked before anything is written), seed, device. Under DDP (Ray Train with several
-    #    workers) every rank trains on its shard of each batch; rank 0 writes the files.
+    # 1. Setup: resolve the config, its fingerprint and run directory (which must hold this config
+    #    or nothing; it is claimed after step 5, so an unusable checkpoint leaves it as it was), seed,
+    #    device. Under DDP (Ray Train with several workers) every rank trains on its shard of each
+    #    batch; rank 0 writes the files.
     task = get_task(cfg.task.name)
     cfg, fp = identify(cfg, stage, init_from)
     run_dir = Path(run_dir) if run_dir else run_dir_of(cfg, stage, fp)
