@@ -1,7 +1,7 @@
 """`sptune` command line: pretrain, finetune, scratch, compare, data.
 
     sptune pretrain configs/listops_mini_transformer.yaml optim.lr=1e-3
-    sptune finetune configs/listops_mini_transformer.yaml --from runs/pretrain-listops-mini-transformer-s0
+    sptune finetune configs/listops_mini_transformer.yaml --from runs/pretrain-listops-mini-transformer-s0-cf1c57
     sptune scratch  configs/listops_mini_transformer.yaml
     sptune compare  configs/listops_mini_transformer.yaml      # scratch vs SPT side by side
 
@@ -37,9 +37,9 @@ def cmd_stage(args: argparse.Namespace) -> int:
 
     cfg = _config(args, args.command)
     if args.command == "finetune":
-        result = train.finetune(cfg, args.from_run)
+        result = train.finetune(cfg, args.from_run, restart=args.restart)
     else:
-        result = getattr(train, args.command)(cfg)
+        result = getattr(train, args.command)(cfg, restart=args.restart)
     _print_result(result)
     return 0 if result["status"] == "completed" else 1
 
@@ -49,11 +49,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     results = {}
     scratch_cfg = _config(args, "scratch")
-    results["scratch"] = train.scratch(scratch_cfg)
-    pre = train.pretrain(_config(args, "pretrain"))
+    results["scratch"] = train.scratch(scratch_cfg, restart=args.restart)
+    pre = train.pretrain(_config(args, "pretrain"), restart=args.restart)
     results["pretrain"] = pre
     if pre["status"] == "completed":
-        results["finetune"] = train.finetune(_config(args, "finetune"), pre["run_dir"])
+        results["finetune"] = train.finetune(_config(args, "finetune"), pre["run_dir"], restart=args.restart)
     print(compare_table(results))
     return 0 if all(r["status"] == "completed" for r in results.values()) else 1
 
@@ -98,6 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("overrides", nargs="*", help="section.field=value, e.g. optim.lr=5e-4 model.name=s4")
         if name == "finetune":
             p.add_argument("--from", dest="from_run", required=True, help="pretraining run directory")
+        p.add_argument("--restart", action="store_true",
+                       help="start the run over: deletes last.pt, best.pt, result.json and tb/ of this config's run "
+                            "directory (that directory only, and only because you asked) and trains from step 0; "
+                            "needed to reuse a run.name that holds another config or a damaged checkpoint"
+                            + ("; applies to all three runs" if name == "compare" else ""))
         p.set_defaults(func=cmd_compare if name == "compare" else cmd_stage)
     from sptune import data_cli
     from sptune.studies import cli as studies_cli

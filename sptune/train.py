@@ -11,8 +11,10 @@ train loop (with periodic eval + checkpoints), test at the best checkpoint, resu
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import math
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -20,9 +22,9 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from sptune import checkpoints
+from sptune import checkpoints, fingerprint
 from sptune.build import build_pretrain_model, build_task_model, count_parameters
-from sptune.config import Config, dump
+from sptune.config import Config, ModelConfig, dump
 from sptune.config import load as load_config
 from sptune.data import batch, eval_batches, step_generator, steps_per_epoch, train_batch_index, train_fraction
 from sptune.errors import UserError
@@ -36,21 +38,31 @@ log = logging.getLogger("sptune.train")
 STAGES = ("pretrain", "finetune", "scratch")
 # Masking of validation/test batches is fixed across evals so pretraining metrics are comparable.
 EVAL_MASK_SEED = 1234
+# Model fields a finetuning run sets itself; every other model field is the pretraining run's
+# architecture, and a different value in the finetune config is a contradiction. pooling: the task
+# head is new; dropout: regularization, no parameters; ssm_lr: an optimizer setting; kernel_backend:
+# the same kernel computed another way (pykeops or torch).
+FINETUNE_MODEL_FIELDS = ("pooling", "dropout", "ssm_lr", "kernel_backend")
+# What `--restart` deletes from the run directory before training from step 0.
+RESTARTED = (checkpoints.LAST, checkpoints.BEST, checkpoints.RESULT, "tb")
+RESTART_FIX = "pass --restart to start this run over (deletes its checkpoints), or pick a new run.name=..."
+FROM_FIX = "pretrain again (`sptune pretrain ... --restart`) or pass another --from"
 
 OnEval = Callable[[dict[str, Any], Path], None]
 
 
 # ----------------------------------------------------------------------------- public entry points
-def pretrain(cfg: Config, on_eval: OnEval | None = None) -> dict[str, Any]:
-    return run_stage(cfg, "pretrain", on_eval=on_eval)
+def pretrain(cfg: Config, on_eval: OnEval | None = None, restart: bool = False) -> dict[str, Any]:
+    return run_stage(cfg, "pretrain", on_eval=on_eval, restart=restart)
 
 
-def finetune(cfg: Config, from_run: str | Path, on_eval: OnEval | None = None) -> dict[str, Any]:
-    return run_stage(cfg, "finetune", init_from=Path(from_run), on_eval=on_eval)
+def finetune(cfg: Config, from_run: str | Path, on_eval: OnEval | None = None,
+             restart: bool = False) -> dict[str, Any]:
+    return run_stage(cfg, "finetune", init_from=Path(from_run), on_eval=on_eval, restart=restart)
 
 
-def scratch(cfg: Config, on_eval: OnEval | None = None) -> dict[str, Any]:
-    return run_stage(cfg, "scratch", on_eval=on_eval)
+def scratch(cfg: Config, on_eval: OnEval | None = None, restart: bool = False) -> dict[str, Any]:
+    return run_stage(cfg, "scratch", on_eval=on_eval, restart=restart)
 
 
 # ----------------------------------------------------------------------------- config resolution
@@ -58,12 +70,12 @@ def resolve(cfg: Config, task: Task, stage: str, init_from: Path | None = None) 
     """Fill the task-dependent defaults (mask ratio, loss, causality) so the dumped config is complete."""
     cfg = copy.deepcopy(cfg)
     if init_from is not None:
-        # The architecture is the pretraining run's: finetuning only changes the head and the optimization.
-        pre = load_config(pretrain_dir(init_from) / "config.yaml")
+        pre_dir = pretrain_dir(init_from)
+        pre = load_config(pre_dir / "config.yaml")
         if pre.task.name != cfg.task.name:
             raise UserError(f"--from run was pretrained on task '{pre.task.name}', not '{cfg.task.name}'; "
                             f"finetune on the same task")
-        cfg.model, cfg.objective = pre.model, pre.objective
+        inherit_pretraining(cfg, pre, pre_dir)
     if cfg.objective.mask_ratio == -1.0:
         cfg.objective.mask_ratio = task.mask_ratio
     if cfg.objective.loss == "auto":
@@ -73,6 +85,30 @@ def resolve(cfg: Config, task: Task, stage: str, init_from: Path | None = None) 
     if stage == "pretrain" and cfg.objective.kind == "causal":
         cfg.model.causal = True  # causal SPT trains a unidirectional model (§2)
     return cfg
+
+
+def inherit_pretraining(cfg: Config, pre: Config, pre_dir: Path) -> None:
+    """The architecture and objective are the pretraining run's; finetuning changes the head and the
+    optimization (FINETUNE_MODEL_FIELDS). An architecture field the finetune config gives another value
+    is a contradiction: a silent replacement would record settings that never ran."""
+    mine = copy.deepcopy(cfg.model)
+    if pre.objective.kind == "causal":
+        mine.causal = True  # causal pretraining derived it (resolve); the finetune config need not repeat it
+    architecture = [f.name for f in dataclasses.fields(ModelConfig) if f.name not in FINETUNE_MODEL_FIELDS]
+    clashes = [f"model.{name}={getattr(mine, name)} contradicts the pretraining run ({getattr(pre.model, name)})"
+               for name in architecture if getattr(mine, name) != getattr(pre.model, name)]
+    if clashes:
+        raise UserError(f"{'; '.join(clashes)}; --from {pre_dir} fixes the architecture: drop or match "
+                        f"{'this setting' if len(clashes) == 1 else 'these settings'}, or pretrain again with "
+                        f"{'it' if len(clashes) == 1 else 'them'}")
+    cfg.model = dataclasses.replace(pre.model, **{name: getattr(cfg.model, name) for name in FINETUNE_MODEL_FIELDS})
+    cfg.objective = copy.deepcopy(pre.objective)  # pretraining-only settings: finetuning records the ones that ran
+
+
+def identify(cfg: Config, stage: str, init_from: Path | None = None) -> tuple[Config, fingerprint.Fingerprint]:
+    """The resolved config and its fingerprint: what a run directory holds and is named after."""
+    cfg = resolve(cfg, get_task(cfg.task.name), stage, init_from)
+    return cfg, fingerprint.of(cfg, stage, pretrain_dir(init_from) if init_from is not None else None)
 
 
 def pretrain_dir(path: Path) -> Path:
@@ -85,32 +121,50 @@ def pretrain_dir(path: Path) -> Path:
     return path
 
 
-def run_dir_of(cfg: Config, stage: str) -> Path:
-    name = cfg.run.name or f"{stage}-{cfg.task.name}-{cfg.model.name}-s{cfg.run.seed}"
+def run_dir_of(cfg: Config, stage: str, fp: fingerprint.Fingerprint) -> Path:
+    """run.name, else `<stage>-<task>-<model>-s<seed>-<6 hex of the fingerprint>`: one directory per config."""
+    name = cfg.run.name or f"{stage}-{cfg.task.name}-{cfg.model.name}-s{cfg.run.seed}-{fp.short}"
     return Path(cfg.run.out_dir) / name
+
+
+def claim(run_dir: Path, cfg: Config, fp: fingerprint.Fingerprint, restart: bool) -> None:
+    """Make run_dir this config's. On --restart first delete the previous run's files (the user asked
+    for it; nothing else ever deletes them). The fingerprint goes before config.yaml, so a reader that
+    sees the new config also sees the fingerprint it is checked against."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if restart:
+        for name in RESTARTED:
+            path = run_dir / name
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+        log.warning("--restart: deleted the previous run's %s in %s", ", ".join(RESTARTED), run_dir)
+    fingerprint.write(run_dir, fp)
+    dump(cfg, run_dir / "config.yaml")
 
 
 # ----------------------------------------------------------------------------- the stage function
 def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: OnEval | None = None,
-              run_dir: Path | None = None) -> dict[str, Any]:
+              run_dir: Path | None = None, restart: bool = False) -> dict[str, Any]:
     if stage not in STAGES:
         raise UserError(f"unknown stage '{stage}'; choose one of: {', '.join(STAGES)}")
 
-    # 1. Setup: resolve the config, seed, device, run directory, TensorBoard. Under DDP (Ray Train
-    #    with several workers) every rank trains on its shard of each batch; rank 0 writes the files.
+    # 1. Setup: resolve the config, its fingerprint and run directory (which must hold this config
+    #    or nothing; it is claimed after step 5, so an unusable checkpoint leaves it as it was), seed,
+    #    device. Under DDP (Ray Train with several workers) every rank trains on its shard of each
+    #    batch; rank 0 writes the files.
     task = get_task(cfg.task.name)
-    cfg = resolve(cfg, task, stage, init_from)
-    run_dir = Path(run_dir) if run_dir else run_dir_of(cfg, stage)
+    cfg, fp = identify(cfg, stage, init_from)
+    run_dir = Path(run_dir) if run_dir else run_dir_of(cfg, stage, fp)
+    if not restart:
+        fingerprint.check(run_dir, fp)
     rank, world = distributed_rank()
     main_rank = rank == 0
-    if main_rank:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        dump(cfg, run_dir / "config.yaml")
     torch.manual_seed(cfg.run.seed)
     if cfg.run.num_threads > 0:
         torch.set_num_threads(cfg.run.num_threads)
     device = pick_device(cfg.run.device, rank)
-    writer = make_writer(run_dir, main_rank)
 
     # 2. Data: the task's splits, the training fraction (nested prefixes of one permutation).
     splits = task.load(cfg.task.data_dir or None, seed=cfg.run.seed)
@@ -136,16 +190,20 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, make_schedule(cfg, max_steps))
 
     # 5. Resume from last.pt: model, optimizer, schedule, step, RNG and eval history.
-    state = {"step": 0, "best_metric": -math.inf, "best_step": -1, "history": [], "train_seconds": 0.0}
+    state = fresh_state()
     last_path = run_dir / checkpoints.LAST
-    if cfg.run.resume and last_path.is_file():
-        ckpt = checkpoints.load(last_path, device)
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
+    if cfg.run.resume and not restart and last_path.is_file():
+        ckpt = checkpoints.load(last_path, device, keys=("model", "optimizer", "scheduler", "rng", "state"),
+                                fix=RESTART_FIX)
+        checkpoints.load_into(model, ckpt["model"], last_path, RESTART_FIX)
+        checkpoints.load_into(optimizer, ckpt["optimizer"], last_path, RESTART_FIX)
         scheduler.load_state_dict(ckpt["scheduler"])
         torch.set_rng_state(ckpt["rng"])
         state = ckpt["state"]
         log.info("resumed %s at step %d", run_dir, state["step"])
+    if main_rank:  # only now: a checkpoint that cannot be used (--from, last.pt) leaves the directory as it was
+        claim(run_dir, cfg, fp, restart)
+    writer = make_writer(run_dir, main_rank)
 
     # 6. Train loop: one optimizer step per batch; eval, TensorBoard and checkpoints every eval_every.
     metric_name = "masked_accuracy" if pretraining and cfg.objective.loss == "ce" else (
@@ -215,8 +273,9 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
     progress.close()
 
     # 7. Test at the best validation checkpoint (the retrospective choice, Appendix C.1).
-    best = checkpoints.load(run_dir / checkpoints.BEST, device)
-    model.load_state_dict(best["model"])
+    best_path = run_dir / checkpoints.BEST
+    checkpoints.load_into(model, checkpoints.load(best_path, device, keys=("model",), fix=RESTART_FIX)["model"],
+                          best_path, RESTART_FIX)
     test = evaluate(model, cfg, task, stage, splits["test"], device, cfg.task.max_test_examples)
     if main_rank:
         writer.add_scalar(f"{stage}/test_metric", test["metric"], state["best_step"])
@@ -227,6 +286,17 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
     # Training FLOPs estimate: 6 x parameters x tokens (forward + backward), the usual dense rule.
     result["flops_estimate"] = 6.0 * result["n_params"] * result["examples_seen"] * tokens_per_example
     return finish(result, state, run_dir, status="completed", write=main_rank)
+
+
+def fresh_state() -> dict[str, Any]:
+    """The training state of a run at step 0 (last.pt holds it later)."""
+    return {"step": 0, "best_metric": -math.inf, "best_step": -1, "history": [], "train_seconds": 0.0}
+
+
+def failed_to_start(stage: str, run_dir: Path, reason: str, write: bool = True) -> dict[str, Any]:
+    """The failed result of a run that could not start or resume (e.g. its checkpoint is damaged)."""
+    return finish({"stage": stage, "run_dir": str(run_dir)}, fresh_state(), run_dir, status="failed", reason=reason,
+                  write=write)
 
 
 def finish(result: dict[str, Any], state: dict[str, Any], run_dir: Path, status: str,
@@ -324,18 +394,20 @@ def evaluate(model: SequenceModel, cfg: Config, task: Task, stage: str, split: S
 
 def load_pretrained_backbone(model: SequenceModel, pre_dir: Path) -> None:
     """Carry the backbone over; drop the pretraining head and the encoder's mask-indicator column."""
-    state = checkpoints.load(pre_dir / checkpoints.BEST)["model"]
+    path = pre_dir / checkpoints.BEST
+    state = checkpoints.load(path, keys=("model",), fix=FROM_FIX)["model"]
     state = {k: v for k, v in state.items() if k.startswith("backbone.")}
+    own = model.state_dict()
     key = "backbone.encoder.embed.weight"
-    expected = model.state_dict()[key]
-    if state[key].dim() == 2 and isinstance(model.backbone.encoder.embed, nn.Linear) \
-            and state[key].shape[1] == expected.shape[1] + 1:
+    if key in state and state[key].dim() == 2 and isinstance(model.backbone.encoder.embed, nn.Linear) \
+            and state[key].shape[1] == own[key].shape[1] + 1:
         state = drop_mask_channel(state)
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [k for k in missing if k.startswith("backbone.")]
+    missing = [k for k in own if k.startswith("backbone.") and k not in state]
+    unexpected = [k for k in state if k not in own]
     if missing or unexpected:
-        raise UserError(f"pretraining checkpoint in {pre_dir} does not match this model "
-                        f"(missing {missing[:3]}, unexpected {unexpected[:3]}); finetune with the same model config")
+        raise checkpoints.UnusableCheckpoint(f"checkpoint {path} was written by another model (missing {missing[:3]}, "
+                                             f"unexpected {unexpected[:3]}); {FROM_FIX}")
+    checkpoints.load_into(model, {**own, **state}, path, FROM_FIX)  # the new head keeps its fresh init
 
 
 def make_optimizer(model: nn.Module, cfg: Config) -> torch.optim.Optimizer:

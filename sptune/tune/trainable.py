@@ -27,7 +27,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from sptune import checkpoints
 from sptune.config import Config, from_dict, merge
@@ -123,10 +123,17 @@ def stage_trainable(params: dict[str, Any], spec: TrialSpec) -> None:
     tune.report(final_metrics(result, clock.total()))
 
 
-def run_stage(*args: Any) -> dict[str, Any]:
+def run_stage(cfg: Config, stage: str, init_from: Path | None, on_eval: Callable[[dict[str, Any], Path], None] | None,
+              run_dir: Path) -> dict[str, Any]:
+    """train.run_stage; a checkpoint it cannot use (damaged, another model's) fails the trial with the
+    reason in its result, like a diverged run: the study goes on, and a retry would meet the same file."""
     from sptune import train  # imported in the trial process: torch and the models load there
 
-    return train.run_stage(*args)
+    try:
+        return train.run_stage(cfg, stage, init_from, on_eval, run_dir)
+    except checkpoints.UnusableCheckpoint as exc:
+        log.error("%s failed: %s", Path(run_dir).name, exc)
+        return train.failed_to_start(stage, Path(run_dir), str(exc), write=train.distributed_rank()[0] == 0)
 
 
 # ----------------------------------------------------------------------------- reporting
@@ -230,7 +237,12 @@ def attempt(run_dir: Path, spec: TrialSpec, trial_id: str, params: dict[str, Any
 
 def _resume_step(run_dir: Path) -> int:
     last = run_dir / checkpoints.LAST
-    return int(checkpoints.load(last)["state"]["step"]) if last.is_file() else 0
+    if not last.is_file():
+        return 0
+    try:
+        return int(checkpoints.load(last, keys=("state",))["state"]["step"])
+    except checkpoints.UnusableCheckpoint:
+        return 0  # only a record here; run_stage fails the trial on this file, with the reason
 
 
 def write_hparams(run_dir: Path, spec: TrialSpec, params: dict[str, Any], result: dict[str, Any]) -> None:
