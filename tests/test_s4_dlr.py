@@ -140,3 +140,21 @@ def test_structured_inits_and_shapes():
     assert ((dt >= 1e-4 - 1e-9) & (dt <= 2e-4 + 1e-9)).all()
     with pytest.raises(UserError):
         S4Layer(4, mode="nplr")
+
+
+@pytest.mark.parametrize("name", ["s4", "dlr"])
+def test_config_dt_range_and_ssm_lr_reach_the_layers(name):
+    from sptune import config
+    from sptune.build import build_task_model
+    from sptune.registry import get_task
+
+    cfg = config.load(None, [f"model.name={name}", "model.d_model=4", "model.n_layers=1", "model.d_ff=0",
+                             "model.d_state=8", "model.dt_min=0.01", "model.dt_max=0.02", "model.ssm_lr=3e-4"])
+    layer = next(m for m in build_task_model(cfg, get_task(cfg.task.name)).modules()
+                 if isinstance(m, (S4Layer, DLRLayer)))
+    if name == "s4":
+        dt, tagged = layer.ssm_params()[0], layer.log_dt
+    else:
+        dt, tagged = -2 * layer.ssm_params()[0].real, layer.W  # log Re(Lambda) = -dt / 2
+    assert ((dt >= 0.01 - 1e-7) & (dt <= 0.02 + 1e-7)).all()
+    assert tagged._optim == {"lr": 3e-4, "weight_decay": 0.0}
