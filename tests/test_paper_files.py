@@ -85,7 +85,7 @@ def test_the_known_mismatches_stay_fixed():
         assert first(paper.RECIPES[(task, "s4")], "scratch")["optim.lr"] in (1e-2, 4e-3), task
     assert paper.RECIPES[("text", "s4")].model["model.prenorm"] is True  # s4-lra-imdb.yaml: prenorm true
     pathx = paper.RECIPES[("pathx", "s4")]  # s4-lra-pathx.yaml: ssm lr 5e-4, dt_min 1e-4, 5 epochs of warmup
-    assert (pathx.model["model.ssm_lr"], pathx.model["model.dt_min"], pathx.model["model.pooling"]) == (5e-4, 1e-4, "max")
+    assert [pathx.model[f"model.{key}"] for key in ("ssm_lr", "dt_min", "pooling")] == [5e-4, 1e-4, "max"]
     assert pathx.stages["scratch"].warmup_steps == 50000
     pathx_256 = paper.RECIPES[("pathx-256", "s4")]  # Appendix C.1.2
     assert [first(pathx_256, s) for s in paper.STAGES] == [

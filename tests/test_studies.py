@@ -121,7 +121,8 @@ def test_recipe_space_puts_the_papers_best_first_and_in_the_grid():
     # Table 5 (S4 + SPT, Image): finetuning lr 1e-3 / batch 512, then Appendix C.1.4's 2e-3 / 50
     assert space["finetune"]["points"] == [{"optim.lr": 1e-3, "optim.batch_size": 512},
                                            {"optim.lr": 2e-3, "optim.batch_size": 50}]
-    assert space["finetune"]["params"] == {"optim.lr": [2e-3, 1e-3, 5e-4, 1e-4], "optim.batch_size": [8, 32, 50, 128, 512]}
+    assert space["finetune"]["params"] == {"optim.lr": [2e-3, 1e-3, 5e-4, 1e-4],
+                                           "optim.batch_size": [8, 32, 50, 128, 512]}
     # From scratch: Gu et al.'s s4-lra-cifar.yaml (lr 1e-2, batch 50) first, Appendix C.1 grid around it
     assert space["scratch"]["points"][0] == {"optim.lr": 1e-2, "optim.batch_size": 50}
     assert {1e-2, 1e-3, 5e-4, 1e-4} <= set(space["scratch"]["params"]["optim.lr"])
