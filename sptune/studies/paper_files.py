@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -96,11 +97,13 @@ def config_text(recipe: paper.Recipe) -> str:
              GENERATED.format(task=task, variant=recipe.variant).rstrip("\n"),
              "# Needs the task's data: `sptune data list` says where it goes and how to prepare it.",
              "#",
-             f"# model and weight decay: {recipe.source}",
+             *textwrap.wrap(f"model and weight decay: {recipe.source}", 110, initial_indent="# ",
+                            subsequent_indent="#   ", break_on_hyphens=False, break_long_words=False),
              "# epochs: the S4 configs' max_epochs, every stage (Appendix C.1: at most 200 epochs or 24 h a stage)",
              "task:", f"  name: {task}", "model:"]
     lines += [f"  {key.split('.', 1)[1]}: {scalar(key, value)}" for key, value in recipe.model.items()]
-    lines += ["objective:", f"  kind: {recipe.objective}          # the task's masking ratio (paper §2)",
+    objective = "the task's masking ratio (paper §2)" if recipe.objective == "masked" else "causal SPT (paper §2)"
+    lines += ["objective:", f"  kind: {recipe.objective}          # {objective}",
               "optim:", f"  weight_decay: {scalar('weight_decay', recipe.weight_decay)}",
               f"  epochs: {recipe.epochs}", f"  eval_every: {settings.EVAL_EVERY}",
               "run:", "  seed: 0", "  out_dir: runs", "  precision: bf16",
