@@ -13,7 +13,7 @@ from sptune.studies import kernel_analysis, paper, report, runner, settings, siz
 from sptune.tasks.base import Split
 
 # ----------------------------------------------------------------------------- sizing (Appendix E)
-IMAGE_MODELS = {"transformer": settings.transformer("image", "rotary")[0], "s4": paper.S4_ARCH["image"][0]}
+IMAGE_MODELS = {"transformer": paper.RECIPES[("image", "rotary")].model, "s4": paper.RECIPES[("image", "s4")].model}
 
 
 @pytest.mark.parametrize("budget", paper.MODEL_SIZES)
@@ -116,13 +116,19 @@ def test_paper_cite_names_table_row_and_column():
 
 
 # ----------------------------------------------------------------------------- plans and search spaces
-def test_search_space_puts_the_papers_best_first_and_in_the_grid():
-    space = runner.search_space({"finetune": (1e-3, 512)}, paper.APPENDIX_C1_GRID)
-    assert space["finetune"]["points"] == [{"optim.lr": 1e-3, "optim.batch_size": 512}]
-    assert 512 in space["finetune"]["params"]["optim.batch_size"]
-    assert space["scratch"]["points"] == [] and space["scratch"]["params"] == paper.APPENDIX_C1_GRID
+def test_recipe_space_puts_the_papers_best_first_and_in_the_grid():
+    space = paper.RECIPES[("image", "s4")].space()
+    # Table 5 (S4 + SPT, Image): finetuning lr 1e-3 / batch 512, then Appendix C.1.4's 2e-3 / 50
+    assert space["finetune"]["points"] == [{"optim.lr": 1e-3, "optim.batch_size": 512},
+                                           {"optim.lr": 2e-3, "optim.batch_size": 50}]
+    assert space["finetune"]["params"] == {"optim.lr": [2e-3, 1e-3, 5e-4, 1e-4],
+                                           "optim.batch_size": [8, 32, 50, 128, 512]}
+    # From scratch: Gu et al.'s s4-lra-cifar.yaml (lr 1e-2, batch 50) first, Appendix C.1 grid around it
+    assert space["scratch"]["points"][0] == {"optim.lr": 1e-2, "optim.batch_size": 50}
+    assert {1e-2, 1e-3, 5e-4, 1e-4} <= set(space["scratch"]["params"]["optim.lr"])
     assert runner.plain_point(space, "finetune") == ["optim.lr=0.001", "optim.batch_size=512"]
-    assert runner.plain_point(space, "scratch") == ["optim.lr=0.001", "optim.batch_size=8"]
+    assert runner.plain_point({"scratch": {"params": {"optim.lr": [1e-3, 1e-4], "optim.batch_size": [8]}}},
+                              "scratch") == ["optim.lr=0.001", "optim.batch_size=8"]
 
 
 def test_a_rerun_must_ask_for_the_same_grid(tmp_path):

@@ -17,6 +17,7 @@ continuous range use TPE. Either way `UniqueOptunaSearch` refuses a point that a
 
 from __future__ import annotations
 
+import importlib.resources
 import itertools
 import logging
 import math
@@ -39,7 +40,7 @@ MODE = "max"  # validation metrics here are accuracy / R2: higher is better
 TIME_ATTR = "step"  # our own optimizer step: Tune's iteration counters restart when a trial is restored
 SAMPLERS = ("auto", "brute", "tpe")
 RANGES = ("loguniform", "uniform")
-REPO_ROOT = Path(__file__).resolve().parents[2]
+SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the checkout's root when sptune runs from one
 
 
 @dataclass
@@ -76,13 +77,23 @@ class SearchSpace:
 
 
 def default_path(task: str, model: str) -> Path:
-    """search_spaces/<task>/<model>.yaml, looked up from the working directory, then the source tree."""
-    relative = Path("search_spaces") / task / f"{model}.yaml"
-    for candidate in (relative, REPO_ROOT / relative):
-        if candidate.is_file():
-            return candidate
-    raise UserError(f"no search space for task '{task}' / model '{model}' ({relative} not found); "
+    """search_spaces/<task>/<model>.yaml: from the working directory, else from the source checkout sptune
+    runs from (PYTHONPATH or the study scripts, not installed), else the copy installed with the package
+    (package data sptune.search_spaces: a wheel, an editable install, a cluster node)."""
+    relative = Path(task) / f"{model}.yaml"
+    for root in (Path("search_spaces"), SOURCE_ROOT / "search_spaces", installed_search_spaces()):
+        if root is not None and (root / relative).is_file():
+            return root / relative
+    raise UserError(f"no search space for task '{task}' / model '{model}' (search_spaces/{relative} not found); "
                     f"pass one with --search-space")
+
+
+def installed_search_spaces() -> Path | None:
+    """The search_spaces directory installed as package data (pyproject.toml), or None when not installed."""
+    try:
+        return Path(str(importlib.resources.files("sptune.search_spaces")))
+    except ModuleNotFoundError:
+        return None
 
 
 def load(path: str | Path) -> SearchSpace:
