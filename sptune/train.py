@@ -22,7 +22,7 @@ from torch import nn
 
 from sptune import checkpoints
 from sptune.build import build_pretrain_model, build_task_model, count_parameters
-from sptune.config import Config, dump
+from sptune.config import Config, check_causal_norm, dump
 from sptune.config import load as load_config
 from sptune.data import batch, eval_batches, step_generator, steps_per_epoch, train_batch_index, train_fraction
 from sptune.errors import UserError
@@ -72,6 +72,7 @@ def resolve(cfg: Config, task: Task, stage: str, init_from: Path | None = None) 
         raise UserError(f"objective.loss=ce needs token inputs, task '{task.name}' is continuous; use objective.loss=l1")
     if stage == "pretrain" and cfg.objective.kind == "causal":
         cfg.model.causal = True  # causal SPT trains a unidirectional model (§2)
+    check_causal_norm(cfg)
     return cfg
 
 
