@@ -223,7 +223,9 @@ def load(path: str | os.PathLike | None = None, overrides: list[str] | None = No
         raise UserError(f"config 'stages' must map some of {', '.join(STAGE_NAMES)} to config sections")
     if stage is not None:
         data = merge(data, stages.get(stage) or {})
-    return from_dict(merge(data, parse_overrides(overrides or [], stage)))
+    cfg = from_dict(merge(data, parse_overrides(overrides or [], stage)))
+    check_causal_norm(cfg, stage)  # causal SPT: the pretraining stage's model will be causal
+    return cfg
 
 
 def read_yaml(path: Path, what: str, fix: str) -> Any:
@@ -265,6 +267,18 @@ def validate(cfg: Config) -> None:
         raise UserError(f"model.dropout={cfg.model.dropout} must be < 1")
     if cfg.model.d_model % cfg.model.n_heads and cfg.model.name == "transformer":
         raise UserError(f"model.d_model={cfg.model.d_model} must be divisible by model.n_heads={cfg.model.n_heads}")
+    check_causal_norm(cfg)
+
+
+def check_causal_norm(cfg: Config, stage: str | None = None) -> None:
+    """A causal model (model.causal, or causal SPT, which makes the pretrained model causal, §2) must not
+    use BatchNorm: in training mode its statistics over the whole sequence carry the future into every
+    position. Checked at load (with the stage when known) and again when train.resolve sets causality."""
+    causal = cfg.model.causal or (stage == "pretrain" and cfg.objective.kind == "causal")
+    if causal and cfg.model.norm == "batch":
+        what = "model.causal=true" if cfg.model.causal else "objective.kind=causal pretraining"
+        raise UserError(f"{what} with model.norm=batch: model.norm=batch mixes positions across the sequence, "
+                        f"so a causal model would see the future; use model.norm=layer")
 
 
 def dump(cfg: Config, path: str | os.PathLike) -> None:

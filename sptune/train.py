@@ -22,21 +22,22 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from sptune import checkpoints, fingerprint
+from sptune import checkpoints, fingerprint, flops, selection
 from sptune.build import build_pretrain_model, build_task_model, count_parameters
-from sptune.config import Config, ModelConfig, dump
+from sptune.config import Config, ModelConfig, check_causal_norm, dump
 from sptune.config import load as load_config
-from sptune.data import batch, eval_batches, step_generator, steps_per_epoch, train_batch_index, train_fraction
+from sptune.data import batch, eval_batches, example_draw, step_draw, steps_per_epoch, train_batch_index, train_fraction
 from sptune.errors import UserError
 from sptune.models.backbone import SequenceModel, drop_mask_channel
-from sptune.objectives import Denoising, Metric, causal_denoising, denoising_loss, masked_denoising
+from sptune.objectives import Denoising, MaskDraw, Metric, causal_denoising, denoising_loss, masked_denoising
 from sptune.registry import get_task
 from sptune.tasks.base import Split, Task
 
 log = logging.getLogger("sptune.train")
 
 STAGES = ("pretrain", "finetune", "scratch")
-# Masking of validation/test batches is fixed across evals so pretraining metrics are comparable.
+# Masking of validation/test examples is fixed (per example: sptune.data.example_draw) across evals and
+# batch sizes, so pretraining metrics of checkpoints and of trials are comparable.
 EVAL_MASK_SEED = 1234
 # Model fields a finetuning run sets itself; every other model field is the pretraining run's
 # architecture, and a different value in the finetune config is a contradiction. pooling: the task
@@ -84,6 +85,7 @@ def resolve(cfg: Config, task: Task, stage: str, init_from: Path | None = None) 
         raise UserError(f"objective.loss=ce needs token inputs, task '{task.name}' is continuous; use objective.loss=l1")
     if stage == "pretrain" and cfg.objective.kind == "causal":
         cfg.model.causal = True  # causal SPT trains a unidirectional model (§2)
+    check_causal_norm(cfg)
     return cfg
 
 
@@ -179,6 +181,14 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
         model = build_task_model(cfg, task)
         if init_from is not None:
             load_pretrained_backbone(model, pretrain_dir(init_from))
+    # FLOPs per example and per model call, counted once on a meta copy of the model (no compute, no RNG,
+    # the model untouched; before it moves to the device, so the copy costs no device memory) from the
+    # shapes of one training example (sptune.flops).
+    x1, _, lengths1 = batch(train_split, torch.tensor([0]))
+    if pretraining:
+        d1, lengths1 = denoise(cfg, task, x1, lengths1, step_draw(cfg.run.seed, 0))
+        x1 = d1.inputs
+    cost = flops.measure(model, x1, lengths1, task.seq_len)
     model.to(device)
     trained = nn.parallel.DistributedDataParallel(model) if world > 1 else model  # gradients all-reduced
 
@@ -189,7 +199,8 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
     optimizer = make_optimizer(model, cfg)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, make_schedule(cfg, max_steps))
 
-    # 5. Resume from last.pt: model, optimizer, schedule, step, RNG and eval history.
+    # 5. Resume from last.pt: model, optimizer, schedule, step, RNG and eval history. The best checkpoint
+    #    is the best validation metric, a tie broken by the validation loss (sptune.selection).
     state = fresh_state()
     last_path = run_dir / checkpoints.LAST
     if cfg.run.resume and not restart and last_path.is_file():
@@ -199,7 +210,7 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
         checkpoints.load_into(optimizer, ckpt["optimizer"], last_path, RESTART_FIX)
         scheduler.load_state_dict(ckpt["scheduler"])
         torch.set_rng_state(ckpt["rng"])
-        state = ckpt["state"]
+        state.update(ckpt["state"])
         log.info("resumed %s at step %d", run_dir, state["step"])
     if main_rank:  # only now: a checkpoint that cannot be used (--from, last.pt) leaves the directory as it was
         claim(run_dir, cfg, fp, restart)
@@ -214,21 +225,22 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
     result: dict[str, Any] = {"stage": stage, "task": task.name, "model": cfg.model.name, "run_dir": str(run_dir),
                               "metric": metric_name, "n_params": count_parameters(model),
                               "init_from": str(pretrain_dir(init_from)) if init_from else None}
+    end = dict(state=state, cost=cost, world=world, run_dir=run_dir, write=main_rank)  # what finish() needs
     progress = make_progress(cfg, max_steps, state["step"], f"{stage} {task.name}/{cfg.model.name}")
     running_loss, running_n, tick = 0.0, 0, time.perf_counter()
     while state["step"] < max_steps:
         step = state["step"]
         model.train()
-        index = train_batch_index(len(train_split), cfg.optim.batch_size, cfg.run.seed, step)[rank::world]
-        x, y, lengths = (t.to(device) for t in batch(train_split, index))
+        index = train_batch_index(len(train_split), cfg.optim.batch_size, cfg.run.seed, step)  # the global batch
+        x, y, lengths = (t.to(device) for t in batch(train_split, index[rank::world]))
         with autocast(device, cfg.run.precision):
-            loss = compute_loss(trained, cfg, task, stage, x, y, lengths, step_generator(cfg.run.seed, step))
+            loss, _ = compute_loss(trained, cfg, task, stage, x, y, lengths, step_draw(cfg.run.seed, step))
         if not torch.isfinite(loss):
             reason = f"non-finite loss ({loss.item()}) at step {step}: lower optim.lr or raise optim.warmup_steps"
             log.error("%s failed: %s", run_dir.name, reason)
             writer.close()
             progress.close()
-            return finish(result, state, run_dir, status="failed", reason=reason, write=main_rank)
+            return finish(result, status="failed", reason=reason, **end)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.optim.grad_clip > 0:
@@ -236,6 +248,7 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
         optimizer.step()
         scheduler.step()
         state["step"] = step + 1
+        state["examples_seen"] += len(index)
         running_loss += loss.item()
         running_n += 1
         progress.update(1)
@@ -244,13 +257,18 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
             elapsed = time.perf_counter() - tick
             state["train_seconds"] += elapsed
             val = evaluate(model, cfg, task, stage, splits["val"], device, cfg.task.max_val_examples)
+            count_eval(state, val)
             record = {"step": state["step"], "train_loss": running_loss / max(running_n, 1),
                       "val_loss": val["loss"], "val_metric": val["metric"], "lr": scheduler.get_last_lr()[0],
                       "tokens_per_s": running_n * cfg.optim.batch_size * tokens_per_example / max(elapsed, 1e-9)}
             state["history"].append(record)
-            improved = val["metric"] > state["best_metric"]
+            state["val_targets"] = val["targets"]
+            incumbent, candidate = (state["best_metric"], state["best_loss"]), (val["metric"], val["loss"])
+            winner, _ = selection.select([incumbent, candidate], lambda c: c,
+                                         selection.tolerance(metric_name, val["targets"]))
+            improved = winner is candidate
             if improved:
-                state["best_metric"], state["best_step"] = val["metric"], state["step"]
+                state.update(best_metric=val["metric"], best_loss=val["loss"], best_step=state["step"])
             if main_rank:
                 if improved:
                     checkpoints.save_atomic({"model": model.state_dict(), "step": state["step"],
@@ -268,7 +286,9 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
                            f"val_loss {val['loss']:.4f} val_{metric_name} {val['metric']:.4f}"
                            + (" *" if improved else ""))
             if on_eval is not None:
-                on_eval(dict(record, best_metric=state["best_metric"], best_step=state["best_step"]), run_dir)
+                on_eval(dict(record, best_metric=state["best_metric"], best_loss=state["best_loss"],
+                             best_step=state["best_step"], train_seconds=state["train_seconds"],
+                             eval_seconds=state["eval_seconds"]), run_dir)
             running_loss, running_n, tick = 0.0, 0, time.perf_counter()
     progress.close()
 
@@ -277,35 +297,43 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
     checkpoints.load_into(model, checkpoints.load(best_path, device, keys=("model",), fix=RESTART_FIX)["model"],
                           best_path, RESTART_FIX)
     test = evaluate(model, cfg, task, stage, splits["test"], device, cfg.task.max_test_examples)
+    count_eval(state, test)
     if main_rank:
         writer.add_scalar(f"{stage}/test_metric", test["metric"], state["best_step"])
         writer.close()
     result["test_metric"] = test["metric"]
     result["test_loss"] = test["loss"]
-    result["examples_seen"] = state["step"] * cfg.optim.batch_size
-    # Training FLOPs estimate: 6 x parameters x tokens (forward + backward), the usual dense rule.
-    result["flops_estimate"] = 6.0 * result["n_params"] * result["examples_seen"] * tokens_per_example
-    return finish(result, state, run_dir, status="completed", write=main_rank)
+    return finish(result, status="completed", **end)
 
 
 def fresh_state() -> dict[str, Any]:
     """The training state of a run at step 0 (last.pt holds it later)."""
-    return {"step": 0, "best_metric": -math.inf, "best_step": -1, "history": [], "train_seconds": 0.0}
+    return {"step": 0, "best_metric": -math.inf, "best_loss": None, "best_step": -1, "val_targets": None,
+            "history": [], "train_seconds": 0.0, "eval_seconds": 0.0, "examples_seen": 0, "eval_examples": 0,
+            "eval_calls": 0}
 
 
 def failed_to_start(stage: str, run_dir: Path, reason: str, write: bool = True) -> dict[str, Any]:
     """The failed result of a run that could not start or resume (e.g. its checkpoint is damaged)."""
-    return finish({"stage": stage, "run_dir": str(run_dir)}, fresh_state(), run_dir, status="failed", reason=reason,
-                  write=write)
+    return finish({"stage": stage, "run_dir": str(run_dir)}, status="failed", reason=reason, state=fresh_state(),
+                  cost=None, world=1, run_dir=run_dir, write=write)
 
 
-def finish(result: dict[str, Any], state: dict[str, Any], run_dir: Path, status: str,
-           reason: str | None = None, write: bool = True) -> dict[str, Any]:
+def finish(result: dict[str, Any], state: dict[str, Any], cost: flops.Flops | None, world: int, run_dir: Path,
+           status: str, reason: str | None = None, write: bool = True) -> dict[str, Any]:
+    """Complete and write result.json. Seconds and FLOPs are of all devices: under DDP every rank trains
+    its share of each batch, generates the SSM kernels and evaluates the whole split. A run that never
+    built its model (cost None) spent nothing."""
     history = state["history"]
     result.update(status=status, reason=reason, steps=state["step"], best_step=state["best_step"],
-                  best_val=state["best_metric"] if history else None,
-                  final_val=history[-1]["val_metric"] if history else None,
-                  train_seconds=state["train_seconds"], history=history)
+                  best_val=state["best_metric"] if history else None, best_val_loss=state["best_loss"],
+                  val_targets=state["val_targets"], final_val=history[-1]["val_metric"] if history else None,
+                  examples_seen=state["examples_seen"], train_seconds=state["train_seconds"],
+                  eval_seconds=state["eval_seconds"],
+                  device_seconds=(state["train_seconds"] + state["eval_seconds"]) * world,
+                  train_flops=cost.train(state["examples_seen"], state["step"] * world) if cost else 0.0,
+                  eval_flops=cost.forward(state["eval_examples"], state["eval_calls"]) * world if cost else 0.0,
+                  history=history)
     if write:
         checkpoints.write_json_atomic(result, run_dir / checkpoints.RESULT)
     return result
@@ -354,13 +382,22 @@ def make_writer(run_dir: Path, main_rank: bool):
 
 
 # ----------------------------------------------------------------------------- pieces of the loop
+def denoise(cfg: Config, task: Task, x: torch.Tensor, lengths: torch.Tensor,
+            draw: MaskDraw) -> tuple[Denoising, torch.Tensor]:
+    """The pretraining problem of a batch (§2) and its lengths; each document of a pair is its own sequence."""
+    if task.paired:
+        x, lengths = x.reshape(-1, x.shape[-1]), lengths.reshape(-1)  # (2B, L)
+    if cfg.objective.kind == "masked":
+        return masked_denoising(x, lengths, cfg.objective.mask_ratio, draw), lengths
+    return causal_denoising(x, lengths), lengths
+
+
 def compute_loss(model: SequenceModel, cfg: Config, task: Task, stage: str, x: torch.Tensor, y: torch.Tensor,
-                 lengths: torch.Tensor, generator: torch.Generator, metric: Metric | None = None) -> torch.Tensor:
+                 lengths: torch.Tensor, draw: MaskDraw, metric: Metric | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean loss of the batch, number of terms it averages): masked tokens (x channels for L1) or examples."""
     if stage == "pretrain":
-        if task.paired:  # each document of a pair is its own pretraining sequence
-            x, lengths = x.reshape(-1, x.shape[-1]), lengths.reshape(-1)  # (2B, L)
-        d: Denoising = (masked_denoising(x, lengths, cfg.objective.mask_ratio, generator)
-                        if cfg.objective.kind == "masked" else causal_denoising(x, lengths))
+        d, lengths = denoise(cfg, task, x, lengths, draw)
         pred = model(d.inputs, lengths)  # (B, L, V or C)
         if metric is not None:
             metric.update(pred[d.loss_mask], d.targets[d.loss_mask])
@@ -373,23 +410,37 @@ def compute_loss(model: SequenceModel, cfg: Config, task: Task, stage: str, x: t
         loss = nn.functional.cross_entropy(out, y)
     if metric is not None:
         metric.update(out, y)
-    return loss
+    return loss, torch.tensor(y.shape[0])
 
 
 @torch.no_grad()
 def evaluate(model: SequenceModel, cfg: Config, task: Task, stage: str, split: Split, device: torch.device,
              limit: int) -> dict[str, float]:
+    """Loss and metric over the split's first `limit` examples (0 = all), independent of optim.batch_size:
+    every example is masked by its own draw (EVAL_MASK_SEED, its index) and the loss is averaged over all
+    terms of the split, not over batch means. Also: the metric's targets, examples, model calls, seconds."""
+    start = time.perf_counter()
     model.eval()
     kind = "accuracy" if (task.metric == "accuracy" if stage != "pretrain" else cfg.objective.loss == "ce") else "r2"
     metric = Metric(kind)
-    generator = torch.Generator().manual_seed(EVAL_MASK_SEED)
-    total, batches = 0.0, 0
-    for x, y, lengths in eval_batches(split, cfg.optim.batch_size, limit):
+    total, terms, examples, calls = 0.0, 0, 0, 0
+    for index, (x, y, lengths) in eval_batches(split, cfg.optim.batch_size, limit):
         x, y, lengths = x.to(device), y.to(device), lengths.to(device)
         with autocast(device, cfg.run.precision):
-            total += compute_loss(model, cfg, task, stage, x, y, lengths, generator, metric).item()
-        batches += 1
-    return {"loss": total / max(batches, 1), "metric": metric.value()}
+            loss, n = compute_loss(model, cfg, task, stage, x, y, lengths, example_draw(EVAL_MASK_SEED, index),
+                                   metric)
+        total += loss.item() * n.item()  # float64 sum of per-term losses
+        terms += n.item()
+        examples, calls = examples + len(index), calls + 1
+    return {"loss": total / max(terms, 1), "metric": metric.value(), "targets": int(metric.n), "examples": examples,
+            "calls": calls, "seconds": time.perf_counter() - start}
+
+
+def count_eval(state: dict[str, Any], ev: dict[str, float]) -> None:
+    """Add an eval pass to the run's eval cost (device-seconds and FLOPs of result.json)."""
+    state["eval_seconds"] += ev["seconds"]
+    state["eval_examples"] += ev["examples"]
+    state["eval_calls"] += ev["calls"]
 
 
 def load_pretrained_backbone(model: SequenceModel, pre_dir: Path) -> None:

@@ -72,6 +72,8 @@ def build(args) -> Plan:
                     paper={"scratch": paper.TABLE_3.cite(paper_row, column),
                            objective: paper.TABLE_3.cite(f"{paper_row} + SPT", column)}))
     notes = ["SPT rows: causal SPT in the SC-Causal column, masked SPT elsewhere (Table 3's single '+ SPT' row).",
+             "SC-Causal S4 uses LayerNorm instead of the S4 config's BatchNorm, whose sequence statistics would let "
+             "a causal model see the future in training mode.",
              *paper.TABLE_3.notes]
     if args.smoke_test:
         notes.insert(0, "SMOKE TEST SUBSTITUTES: listops-mini for Speech Commands, pathfinder-mini for sCIFAR; "

@@ -165,7 +165,8 @@ def fake_run(run_dir, stage, test_metric, seconds):
     config.dump(config.load(None, TINY, stage=stage), run_dir / "config.yaml")
     checkpoints.write_json_atomic({"status": "completed", "metric": "accuracy", "best_val": test_metric,
                                    "best_step": 10, "test_metric": test_metric, "steps": 10,
-                                   "train_seconds": seconds, "flops_estimate": 1.0, "n_params": 1234},
+                                   "train_seconds": seconds, "eval_seconds": 0.0, "train_flops": 1e9 * seconds,
+                                   "eval_flops": 0.0, "n_params": 1234},
                                   run_dir / "result.json")
 
 
@@ -184,9 +185,11 @@ def test_report_from_synthetic_results_builds_table_csv_and_pngs(tmp_path):
     paths = report.write(tmp_path)
     table = paths["table"].read_text()
     # Scratch over seeds 0, 1: 40 and 42 -> 41.00 ± 1.41, 3 device-seconds, the paper's value beside it;
-    # SPT at fraction 0.1: 51 and 52; its seconds include pretraining (5 + 2). Avg. over the two columns.
-    assert "| S4 | 41.00 ± 1.41 · 3.0 s [paper 60] | 41.00 ± 1.41 · 3.0 s [paper 60] | 41.00 |" in table
-    assert "| S4 + Masked SPT | 51.50 ± 0.71 · 7.0 s | 60.50 ± 0.71 · 7.0 s | 56.00 |" in table
+    # SPT at fraction 0.1: 51 and 52; its seconds and FLOPs include pretraining (5 + 2). Avg. over the two columns.
+    assert "| S4 | 41.00 ± 1.41 · 3.0 s · 3.0 GFLOP [paper 60] | 41.00 ± 1.41 · 3.0 s · 3.0 GFLOP [paper 60] | " \
+           "41.00 |" in table
+    assert ("| S4 + Masked SPT | 51.50 ± 0.71 · 7.0 s · 7.0 GFLOP | 60.50 ± 0.71 · 7.0 s · 7.0 GFLOP | "
+            "56.00 |") in table
     for png in paths["plots"]:
         assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
     assert {p.name for p in paths["plots"]} == {"bars.png", "sizes.png", "shares.png"}
@@ -200,7 +203,7 @@ def test_fraction_report_computes_relative_gain(tmp_path):
     paths = report.write(tmp_path)
     table = paths["table"].read_text()
     # fraction 1.0: SPT 0.6 vs scratch 0.4 -> +50.0%
-    assert "| 1 | 40.00 · 3.0 s [paper 60] | 60.00 · 7.0 s | +50.0% |" in table
+    assert "| 1 | 40.00 · 3.0 s · 3.0 GFLOP [paper 60] | 60.00 · 7.0 s · 7.0 GFLOP | +50.0% |" in table
     assert [p.name for p in paths["plots"]] == ["fractions.png"]
 
 

@@ -134,7 +134,7 @@ def test_study_direct_path_end_to_end(tmp_path, ray_instance):
 
     # Finetuning started from the best pretraining trial's best checkpoint, and says so.
     pre = [r for r in rows if r["stage"] == "pretrain"]
-    best = max(pre, key=lambda r: r["best_val"])
+    best, _ = results.best_row(rows, "pretrain")
     finetune = next(r for r in rows if r["stage"] == "finetune")
     assert finetune["init_trial"] == best["trial_id"] and finetune["init_step"] == best["best_step"]
     assert finetune["init_checkpoint"] == str(Path(best["run_dir"]) / "best.pt")
@@ -298,7 +298,8 @@ def fake_trial(study_dir, stage, trial_id, lr, result=None, progress=None, init=
                                   run_dir / "trial.json")
     if result:
         checkpoints.write_json_atomic({"status": "completed", "metric": "accuracy", "steps": 8, "best_step": 4,
-                                       "final_val": 0.1, "test_metric": 0.2, "flops_estimate": 1.0, **result},
+                                       "final_val": 0.1, "test_metric": 0.2, "train_seconds": 7.0,
+                                       "eval_seconds": 1.0, "train_flops": 3.0, "eval_flops": 1.0, **result},
                                       run_dir / "result.json")
     if progress:
         checkpoints.write_json_atomic(progress, run_dir / "progress.json")
@@ -317,11 +318,36 @@ def test_results_come_from_the_run_directories(tmp_path):
     assert rows["b"]["selected"] and not rows["a"]["selected"]  # best validation among completed trials
     assert rows["c"]["status"] == "failed" and not rows["d"]["selected"]  # a stopped trial is never selected
     assert rows["d"]["status"] == "stopped" and rows["e"]["status"] == "unfinished"
-    assert rows["a"]["device_seconds"] == 10.0
+    assert rows["a"]["device_seconds"] == 8.0  # training + evaluation
     results.write_csv(list(rows.values()), study / "results.csv")
     assert len((study / "results.csv").read_text().splitlines()) == 6
     text = results.summary(study)
     assert "failed: pretrain c: non-finite loss" in text and results.RULE in text
+
+
+def test_tied_pretraining_trials_are_selected_by_val_loss(tmp_path):
+    """ListOps masked accuracy ties across trials (the frequency of `]`): the lower validation loss wins,
+    and study.json and the summary say so."""
+    study = tmp_path / "study"
+    checkpoints.write_json_atomic({"phases": {"pretrain": "done"}, "stages": {}, "selected": None},
+                                  study / "study.json")
+    tied = {"metric": "masked_accuracy", "best_val": 148 / 1000, "val_targets": 1000}
+    fake_trial(study, "pretrain", "a", 1e-3, dict(tied, best_val_loss=2.58))
+    fake_trial(study, "pretrain", "b", 5e-4, dict(tied, best_val=148 / 1000 * (1 + 1e-15), best_val_loss=2.57))
+    fake_trial(study, "pretrain", "c", 1e-4, dict(tied, best_val=147 / 1000, best_val_loss=2.50))
+    state = checkpoints.read_json(study / "study.json")
+    selected = pipeline.select_pretraining(study, state)
+    assert selected["trial"] == "b" and selected["best_val_loss"] == 2.57
+    assert selected["selected_by"] == "val metric, tie broken by val loss"
+    assert checkpoints.read_json(study / "study.json")["selected"] == selected
+    rows = {r["trial_id"]: r for r in results.collect(study)}
+    assert rows["b"]["selected"] and rows["b"]["selected_by"] == selected["selected_by"]
+    text = results.summary(study)
+    assert "2.5700" in text and "selected by val metric, tie broken by val loss" in text
+    # One more correct token is a better metric, whatever the loss.
+    fake_trial(study, "pretrain", "d", 1e-2, dict(tied, best_val=149 / 1000, best_val_loss=2.9))
+    best, how = results.best_row(results.collect(study), "pretrain")
+    assert best["trial_id"] == "d" and how == "val metric"
 
 
 # ----------------------------------------------------------------------------- CLI

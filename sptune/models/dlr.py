@@ -68,6 +68,9 @@ class DLRLayer(SSMConvBlock):
         log_lambda, W = self.ssm_params()
         return ssm.dlr_kernel(log_lambda, W, L)
 
+    def kernel_flops(self, L: int) -> float:
+        return ssm.dlr_kernel_flops(self.channels, self.d_model, self.log_lambda_im.shape[0], L)
+
     def _scan(self, u, channel: int):
         """Causal output of kernel channel `channel` by the recurrence x_t = Lambda x_{t-1} + u_t (Eq. 3)."""
         log_lambda, W = self.ssm_params()

@@ -454,6 +454,9 @@ def _s4(task: str, variant: str) -> Recipe:
     else:
         if variant == "s4-causal":
             model["model.causal"] = True  # SC-Causal (§3.7): unidirectional, also from scratch
+            # The S4 SC config's BatchNorm normalizes over the whole sequence: in training mode a causal
+            # model would see the future through it (config.check_causal_norm), so SC-Causal uses LayerNorm.
+            model["model.norm"] = "layer"
         if task.startswith("bidmc") or task == "pathx-256":  # the paper's own runs: its points and schedule first
             scratch_stage = _stage(scratch + gu, ft_sched, ft_warmup, REPO + ft_config)
         else:

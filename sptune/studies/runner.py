@@ -154,18 +154,17 @@ def run_cell_plain(cell: Cell, cell_dir: Path) -> None:
 
 
 def plain_rows(cell: Cell, cell_dir: Path) -> list[dict[str, Any]]:
+    from sptune import results
+
     rows = []
     for stage in [s for s in STAGE_ORDER if s in cell.stages]:
         result = checkpoints.finished_result(cell_dir / stage)
         if result is None:
             continue
         cfg = load_config(cell_dir / stage / "config.yaml")
-        rows.append({"stage": stage, "trial_id": "plain", "selected": True, "devices": 1,
-                     "optim.lr": cfg.optim.lr, "optim.batch_size": cfg.optim.batch_size,
-                     **{k: result.get(k) for k in ("status", "reason", "metric", "best_val", "best_step",
-                                                   "test_metric", "steps", "train_seconds", "flops_estimate",
-                                                   "n_params")},
-                     "run_dir": str(cell_dir / stage)})
+        rows.append({"stage": stage, "trial_id": "plain", "selected": True, "selected_by": "no search",
+                     "devices": 1, "optim.lr": cfg.optim.lr, "optim.batch_size": cfg.optim.batch_size,
+                     **{k: result.get(k) for k in results.RESULT_KEYS}, "run_dir": str(cell_dir / stage)})
     return rows
 
 

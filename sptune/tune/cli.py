@@ -97,7 +97,7 @@ def _run(pipeline, study_dir: Path, address: str | None, quiet: bool) -> int:
         return 130
     print()
     print(results.summary(study_dir, rows))
-    return 0 if all(results.best_row(rows, s) for s in results.STAGES) else 1
+    return 0 if all(results.best_row(rows, s)[0] for s in results.STAGES) else 1
 
 
 def cmd_results(args: argparse.Namespace) -> int:

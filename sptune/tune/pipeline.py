@@ -1,14 +1,15 @@
 """The SPT study: a tracked two-stage search plus the scratch baseline, each phase one Ray Tune run.
 
     pretrain   search the pretraining grid
-    finetune   select the best pretraining trial (validation metric) and search the finetuning grid
+    finetune   select the best pretraining trial (validation metric, ties by validation loss) and search
+               the finetuning grid
                from its best checkpoint; every finetune trial records that trial and step
     scratch    search the same task from a random init: the baseline
 
 A study directory holds everything, so `sptune resume <dir>` needs nothing else:
 
     study.json            what was asked (configs per stage, search space, options), phase states,
-                          the selected pretraining trial
+                          the selected pretraining trial and what selected it (selected_by)
     pretrain|finetune|scratch/<run>/   one run directory per trial (see sptune.tune.trainable)
     tune/<phase>/         Ray Tune's experiment state, for Tuner.restore
     train/                Ray Train runs (TorchTrainer path)
@@ -181,13 +182,15 @@ def run(study_dir: str | Path, address: str | None = None, verbose: int = 1,
 
 
 def select_pretraining(study_dir: Path, state: dict[str, Any]) -> dict[str, Any] | None:
-    """The best pretraining trial by validation metric; kept in study.json so a resume reuses it."""
+    """The best pretraining trial by validation metric, a tie broken by validation loss (results.best_row);
+    kept in study.json with what selected it, so a resume reuses it."""
     if state.get("selected") is None:
-        best = results.best_row(results.collect(study_dir), "pretrain")
+        best, how = results.best_row(results.collect(study_dir), "pretrain")
         if best is None:
             return None
         state["selected"] = {"trial": best["trial_id"], "run_dir": best["run_dir"], "step": best["best_step"],
-                             "best_val": best["best_val"], "checkpoint": str(Path(best["run_dir"]) / checkpoints.BEST)}
+                             "best_val": best["best_val"], "best_val_loss": best.get("best_val_loss"),
+                             "selected_by": how, "checkpoint": str(Path(best["run_dir"]) / checkpoints.BEST)}
         save_state(study_dir, state)
     return state["selected"]
 

@@ -57,7 +57,7 @@ class TrialSpec:
     cpus_per_worker: float = 1.0
     gpus_per_worker: float = 0.0
     max_failures: int = 2  # Ray Train's own retries of a worker group (train path)
-    init: dict[str, Any] | None = None  # finetune: the selected pretraining trial {trial, run_dir, step, best_val}
+    init: dict[str, Any] | None = None  # finetune: the selected pretraining trial (pipeline.select_pretraining)
     hparam_domains: dict[str, list[Any]] = field(default_factory=dict)  # grids, for TensorBoard HParams
 
     @property
@@ -139,9 +139,11 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None, on_eval: Callable
 # ----------------------------------------------------------------------------- reporting
 def eval_metrics(record: dict[str, Any], wall_seconds: float) -> dict[str, Any]:
     """What Tune sees after each eval; `step` is ours (monotonic across restores), for ASHA and plots."""
-    return {"step": record["step"], "best_val": record["best_metric"], "best_step": record["best_step"],
-            "val_metric": record["val_metric"], "val_loss": record["val_loss"], "train_loss": record["train_loss"],
-            "lr": record["lr"], "tokens_per_s": record["tokens_per_s"], "wall_seconds": wall_seconds}
+    return {"step": record["step"], "best_val": record["best_metric"], "best_val_loss": record["best_loss"],
+            "best_step": record["best_step"], "val_metric": record["val_metric"], "val_loss": record["val_loss"],
+            "train_loss": record["train_loss"], "lr": record["lr"], "tokens_per_s": record["tokens_per_s"],
+            "train_seconds": record["train_seconds"], "eval_seconds": record["eval_seconds"],
+            "wall_seconds": wall_seconds}
 
 
 def final_metrics(result: dict[str, Any], wall_seconds: float | None = None) -> dict[str, Any]:
