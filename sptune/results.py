@@ -79,8 +79,11 @@ def trial_row(run_dir: Path, phase_done: bool) -> dict[str, Any]:
                                                      "test_metric", "steps", "train_seconds", "flops_estimate",
                                                      "n_params")})
     else:
-        # Stopped early (ASHA) or still to be resumed: the latest eval is all there is.
-        row.update(status="stopped" if phase_done else "unfinished", best_val=progress.get("best_val"),
+        # Crashed after its last retry (Tune's error, sptune.tune.failures), stopped early (ASHA) or
+        # still to be resumed: the latest eval is all there is.
+        error = checkpoints.read_json(run_dir / "error.json") if (run_dir / "error.json").is_file() else None
+        row.update(status="failed" if error else "stopped" if phase_done else "unfinished",
+                   reason=error["error"] if error else None, best_val=progress.get("best_val"),
                    best_step=progress.get("best_step"), final_val=progress.get("val_metric"),
                    steps=progress.get("step"))
     if row.get("wall_seconds") is not None:

@@ -36,6 +36,10 @@ log = logging.getLogger("sptune.train")
 STAGES = ("pretrain", "finetune", "scratch")
 # Masking of validation/test batches is fixed across evals so pretraining metrics are comparable.
 EVAL_MASK_SEED = 1234
+# TensorBoard tags: one per quantity whatever the stage (the stage is in the run's name), so the
+# finetuning and scratch curves of a task overlay on one chart.
+TB_TAGS = {"train_loss": "train/loss", "val_loss": "val/loss", "val_metric": "val/metric", "lr": "train/lr",
+           "tokens_per_s": "train/tokens_per_s"}
 
 OnEval = Callable[[dict[str, Any], Path], None]
 
@@ -200,8 +204,8 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
                 checkpoints.save_atomic({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                                          "scheduler": scheduler.state_dict(), "rng": torch.get_rng_state(),
                                          "state": state}, last_path)
-                for key in ("train_loss", "val_loss", "val_metric", "lr", "tokens_per_s"):
-                    writer.add_scalar(f"{stage}/{key}", record[key], state["step"])
+                for key, tag in TB_TAGS.items():
+                    writer.add_scalar(tag, record[key], state["step"])
                 writer.flush()
             if world > 1:
                 torch.distributed.barrier()  # every rank sees the checkpoint before anyone reports it
@@ -210,7 +214,8 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
                            f"val_loss {val['loss']:.4f} val_{metric_name} {val['metric']:.4f}"
                            + (" *" if improved else ""))
             if on_eval is not None:
-                on_eval(dict(record, best_metric=state["best_metric"], best_step=state["best_step"]), run_dir)
+                on_eval(dict(record, best_metric=state["best_metric"], best_step=state["best_step"],
+                             max_steps=max_steps), run_dir)
             running_loss, running_n, tick = 0.0, 0, time.perf_counter()
     progress.close()
 
@@ -219,7 +224,7 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
     model.load_state_dict(best["model"])
     test = evaluate(model, cfg, task, stage, splits["test"], device, cfg.task.max_test_examples)
     if main_rank:
-        writer.add_scalar(f"{stage}/test_metric", test["metric"], state["best_step"])
+        writer.add_scalar("test/metric", test["metric"], state["best_step"])
         writer.close()
     result["test_metric"] = test["metric"]
     result["test_loss"] = test["loss"]

@@ -33,7 +33,7 @@ def test_cluster_yaml_matches_the_schema_shipped_with_ray():
     # A pinned image on every node (Ray's own, Python 3.11, this Ray version) and a named host AMI.
     docker = cluster["docker"]
     assert docker["head_image"].startswith(f"rayproject/ray:{ray.__version__}-py311-cpu")
-    assert docker["worker_image"].startswith(f"rayproject/ray:{ray.__version__}-py311-") and "gpu" in docker["worker_image"]
+    assert docker["worker_image"] == f"rayproject/ray:{ray.__version__}-py311-gpu"
     assert all(spec["node_config"]["ImageId"] for spec in cluster["available_node_types"].values())
     # torch's CUDA build and the GPU libraries go on GPU workers only, and nothing is compiled.
     head_setup = " ".join(cluster["setup_commands"] + cluster["head_setup_commands"])
