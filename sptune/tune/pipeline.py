@@ -17,6 +17,10 @@ A study directory holds everything, so `sptune resume <dir>` needs nothing else:
 Resume: finished phases are skipped; an interrupted phase is restored with Tuner.restore
 (resume_unfinished, resume_errored): Tune keeps its finished trials and the searcher's state, and
 each unfinished trial continues from its run directory's last.pt (or Tune's copy of it).
+`--retry-failed` also restores finished phases that have crashed trials (sptune.tune.failures).
+
+A GPU study first checks that the cluster has, or its autoscaler can add, nodes with the GPUs a
+trial worker asks for (sptune.tune.resources): otherwise no trial could ever start.
 """
 
 from __future__ import annotations
