@@ -286,7 +286,7 @@ def test_asha_stops_only_on_our_steps_and_lets_finishers_finish(tmp_path, ray_in
 
 def test_choice_of_path():
     assert trainable.choose_path(1, 0) == "direct"
-    assert trainable.choose_path(2, 0) == "train" and trainable.choose_path(1, 1) == "train"
+    assert trainable.choose_path(2, 0) == "train" and trainable.choose_path(1, 2) == "train"
     assert trainable.choose_path(1, 0, "train") == "train"
 
 
