@@ -119,6 +119,14 @@ def test_autoscaling_study_survives_losing_a_worker_node(tmp_path):
         assert head.returncode == 0, head.stdout[-2000:] + head.stderr[-2000:]
         assert worker_raylets(tag) == {}  # min_workers: 0
 
+        # No node type offers 2 GPUs per node: the study stops before any trial, naming the node types.
+        proc = subprocess.run(
+            [sys.executable, "-m", "sptune.cli", "study", str(CONFIG), "--smoke", "--quiet",
+             "--dir", str(tmp_path / "two"), "--address", f"127.0.0.1:{gcs_port}", "--gpus-per-worker", "2"],
+            env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and "node types offer gpu_worker: 1 GPU" in proc.stderr, proc.stderr[-2000:]
+        assert not (tmp_path / "two" / "pretrain").exists()
+
         # Pretraining is long enough (40 steps, an eval every 4) to lose its node in the middle.
         study = subprocess.Popen(
             [sys.executable, "-m", "sptune.cli", "study", str(CONFIG), "--smoke", "--quiet", "--dir", str(study_dir),
@@ -140,6 +148,7 @@ def test_autoscaling_study_survives_losing_a_worker_node(tmp_path):
             time.sleep(0.2)
         output = study.communicate(timeout=60)[0]
         assert study.returncode == 0, output[-4000:]
+        assert "waiting for the autoscaler" not in output  # the GPU check read the autoscaler's node types
 
         # Scale-up: the cluster started with no worker; the autoscaler added GPU workers while trials
         # waited (2 at once: the search space runs 2 trials concurrently), and every trial ran on one.
