@@ -24,7 +24,6 @@ from ray_fixtures import CONFIG, REPO, sptune_env
 from test_cluster import free_ports
 
 from sptune import checkpoints, results
-from sptune.config import load as load_config
 from sptune.tune import pipeline, search, trainable
 
 pytestmark = pytest.mark.slow

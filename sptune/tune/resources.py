@@ -23,6 +23,7 @@ from sptune.errors import UserError
 
 log = logging.getLogger("sptune.tune")
 
+
 # ----------------------------------------------------------------------------- the trial's device
 def trial_device(requested: str) -> tuple[str, str | None]:
     """(run.device, None) to train with in this Ray trial or Train worker, or (requested, reason)."""
