@@ -1,7 +1,7 @@
 """`sptune` command line: pretrain, finetune, scratch, compare, data.
 
     sptune pretrain configs/listops_mini_transformer.yaml optim.lr=1e-3
-    sptune finetune configs/listops_mini_transformer.yaml --from runs/pretrain-listops-mini-transformer-s0-f99352
+    sptune finetune configs/listops_mini_transformer.yaml --from runs/pretrain-listops-mini-transformer-s0-845c8a
     sptune scratch  configs/listops_mini_transformer.yaml
     sptune compare  configs/listops_mini_transformer.yaml      # scratch vs SPT side by side
 

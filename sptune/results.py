@@ -86,8 +86,11 @@ def trial_row(run_dir: Path, phase_done: bool) -> dict[str, Any]:
     if result is not None:
         row.update({key: result.get(key) for key in RESULT_KEYS})
     else:
-        # Stopped early (ASHA) or still to be resumed: the latest eval is all there is.
-        row.update(status="stopped" if phase_done else "unfinished", best_val=progress.get("best_val"),
+        # Crashed after its last retry (Tune's error, sptune.tune.failures), stopped early (ASHA) or
+        # still to be resumed: the latest eval is all there is.
+        error = checkpoints.read_json(run_dir / "error.json") if (run_dir / "error.json").is_file() else None
+        row.update(status="failed" if error else "stopped" if phase_done else "unfinished",
+                   reason=error["error"] if error else None, best_val=progress.get("best_val"),
                    best_val_loss=progress.get("best_val_loss"), best_step=progress.get("best_step"),
                    final_val=progress.get("val_metric"), steps=progress.get("step"),
                    train_seconds=progress.get("train_seconds"), eval_seconds=progress.get("eval_seconds"))

@@ -48,6 +48,10 @@ FINETUNE_MODEL_FIELDS = ("pooling", "dropout", "ssm_lr", "kernel_backend")
 RESTARTED = (checkpoints.LAST, checkpoints.BEST, checkpoints.RESULT, "tb")
 RESTART_FIX = "pass --restart to start this run over (deletes its checkpoints), or pick a new run.name=..."
 FROM_FIX = "pretrain again (`sptune pretrain ... --restart`) or pass another --from"
+# TensorBoard tags: one per quantity whatever the stage (the stage is in the run's name), so the
+# finetuning and scratch curves of a task overlay on one chart.
+TB_TAGS = {"train_loss": "train/loss", "val_loss": "val/loss", "val_metric": "val/metric", "lr": "train/lr",
+           "tokens_per_s": "train/tokens_per_s"}
 
 OnEval = Callable[[dict[str, Any], Path], None]
 
@@ -85,6 +89,8 @@ def resolve(cfg: Config, task: Task, stage: str, init_from: Path | None = None) 
         raise UserError(f"objective.loss=ce needs token inputs, task '{task.name}' is continuous; use objective.loss=l1")
     if stage == "pretrain" and cfg.objective.kind == "causal":
         cfg.model.causal = True  # causal SPT trains a unidirectional model (§2)
+    if cfg.run.device == "auto":  # the device that runs is what the run records (and is fingerprinted by)
+        cfg.run.device = "cuda" if torch.cuda.is_available() else "cpu"
     check_causal_norm(cfg)
     return cfg
 
@@ -276,8 +282,8 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
                 checkpoints.save_atomic({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                                          "scheduler": scheduler.state_dict(), "rng": torch.get_rng_state(),
                                          "state": state}, last_path)
-                for key in ("train_loss", "val_loss", "val_metric", "lr", "tokens_per_s"):
-                    writer.add_scalar(f"{stage}/{key}", record[key], state["step"])
+                for key, tag in TB_TAGS.items():
+                    writer.add_scalar(tag, record[key], state["step"])
                 writer.flush()
             if world > 1:
                 torch.distributed.barrier()  # every rank sees the checkpoint before anyone reports it
@@ -288,7 +294,7 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
             if on_eval is not None:
                 on_eval(dict(record, best_metric=state["best_metric"], best_loss=state["best_loss"],
                              best_step=state["best_step"], train_seconds=state["train_seconds"],
-                             eval_seconds=state["eval_seconds"]), run_dir)
+                             eval_seconds=state["eval_seconds"], max_steps=max_steps), run_dir)
             running_loss, running_n, tick = 0.0, 0, time.perf_counter()
     progress.close()
 
@@ -299,7 +305,7 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
     test = evaluate(model, cfg, task, stage, splits["test"], device, cfg.task.max_test_examples)
     count_eval(state, test)
     if main_rank:
-        writer.add_scalar(f"{stage}/test_metric", test["metric"], state["best_step"])
+        writer.add_scalar("test/metric", test["metric"], state["best_step"])
         writer.close()
     result["test_metric"] = test["metric"]
     result["test_loss"] = test["loss"]
@@ -313,17 +319,10 @@ def fresh_state() -> dict[str, Any]:
             "eval_calls": 0}
 
 
-def failed_to_start(stage: str, run_dir: Path, reason: str, write: bool = True) -> dict[str, Any]:
-    """The failed result of a run that could not start or resume (e.g. its checkpoint is damaged)."""
-    return finish({"stage": stage, "run_dir": str(run_dir)}, status="failed", reason=reason, state=fresh_state(),
-                  cost=None, world=1, run_dir=run_dir, write=write)
-
-
-def finish(result: dict[str, Any], state: dict[str, Any], cost: flops.Flops | None, world: int, run_dir: Path,
+def finish(result: dict[str, Any], state: dict[str, Any], cost: flops.Flops, world: int, run_dir: Path,
            status: str, reason: str | None = None, write: bool = True) -> dict[str, Any]:
     """Complete and write result.json. Seconds and FLOPs are of all devices: under DDP every rank trains
-    its share of each batch, generates the SSM kernels and evaluates the whole split. A run that never
-    built its model (cost None) spent nothing."""
+    its share of each batch, generates the SSM kernels and evaluates the whole split."""
     history = state["history"]
     result.update(status=status, reason=reason, steps=state["step"], best_step=state["best_step"],
                   best_val=state["best_metric"] if history else None, best_val_loss=state["best_loss"],
@@ -331,9 +330,8 @@ def finish(result: dict[str, Any], state: dict[str, Any], cost: flops.Flops | No
                   examples_seen=state["examples_seen"], train_seconds=state["train_seconds"],
                   eval_seconds=state["eval_seconds"],
                   device_seconds=(state["train_seconds"] + state["eval_seconds"]) * world,
-                  train_flops=cost.train(state["examples_seen"], state["step"] * world) if cost else 0.0,
-                  eval_flops=cost.forward(state["eval_examples"], state["eval_calls"]) * world if cost else 0.0,
-                  history=history)
+                  train_flops=cost.train(state["examples_seen"], state["step"] * world),
+                  eval_flops=cost.forward(state["eval_examples"], state["eval_calls"]) * world, history=history)
     if write:
         checkpoints.write_json_atomic(result, run_dir / checkpoints.RESULT)
     return result

@@ -57,8 +57,10 @@ def test_default_run_names_differ_for_configs_that_change_the_numbers():
     base = default_dir([])
     assert re.fullmatch(r"scratch-listops-mini-transformer-s0-[0-9a-f]{6}", base.name)
     assert default_dir([]) == base
-    for change in (["optim.lr=5e-4"], ["run.precision=bf16"], ["run.device=cpu"], ["task.train_fraction=0.5"]):
+    for change in (["optim.lr=5e-4"], ["run.precision=bf16"], ["model.dropout=0.1"], ["task.train_fraction=0.5"]):
         assert default_dir(change) != base, change
+    # run.device=auto is recorded as the device that runs: the same run as naming that device.
+    assert default_dir([f"run.device={'cuda' if torch.cuda.is_available() else 'cpu'}"]) == base
     assert default_dir([], stage="pretrain").name.startswith("pretrain-")
     # Bookkeeping fields name no other experiment: the same directory, so the run resumes.
     assert default_dir(["run.progress=true", "run.num_threads=1", "run.resume=false"]) == base

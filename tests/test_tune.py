@@ -117,10 +117,11 @@ def test_searcher_is_seeded():
     assert first == suggestions(search.make_searcher(stage, "brute", seed=3), 9)
 
 
-def test_asha_counts_our_own_steps():
-    scheduler = search.make_scheduler({"grace_period": 4, "reduction_factor": 2}, max_t=16)
-    assert scheduler._time_attr == "step" and scheduler._max_t == 16
-    assert search.make_scheduler(None, 16) is None
+def test_asha_counts_the_budget_fraction():
+    scheduler = search.make_scheduler({"grace_period": 0.125, "reduction_factor": 2})
+    assert scheduler._time_attr == "budget" and scheduler._max_t < 1
+    assert search.rungs({"grace_period": 0.125, "reduction_factor": 2}) == [0.125, 0.25, 0.5]  # none at 1
+    assert search.make_scheduler(None) is None
 
 
 # ----------------------------------------------------------------------------- studies (shared Ray)
@@ -147,7 +148,7 @@ def test_study_direct_path_end_to_end(tmp_path, ray_instance):
     text = results.summary(study_dir)
     assert results.RULE in text and f"tensorboard --logdir {study_dir}" in text and "SPT (pretrain -> finetune)" in text
 
-    # TensorBoard: scalars under the stage's name, one HParams session per trial.
+    # TensorBoard: the same tags in every stage (the stage is in the run's name), one HParams session per trial.
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.backend.event_processing.plugin_event_multiplexer import EventMultiplexer
 
@@ -155,7 +156,8 @@ def test_study_direct_path_end_to_end(tmp_path, ray_instance):
         events = EventAccumulator(str(Path(row["run_dir"]) / "tb"))
         events.Reload()
         tags = events.Tags()["scalars"]
-        assert {f"{row['stage']}/val_metric", f"{row['stage']}/train_loss", "hparams/best_val"} <= set(tags)
+        assert {"val/metric", "val/loss", "train/loss", "test/metric", "hparams/best_val"} <= set(tags)
+        assert events.Scalars("hparams/best_val")[-1].value == pytest.approx(row["best_val"])  # the final one
         assert Path(row["run_dir"]).name.startswith(row["stage"])
     multiplexer = EventMultiplexer()
     multiplexer.AddRunsFromDirectory(str(study_dir))
@@ -272,7 +274,7 @@ def test_torch_trainer_restarts_a_killed_worker_from_its_checkpoint(tmp_path, ra
 def test_asha_stops_only_on_our_steps_and_lets_finishers_finish(tmp_path, ray_instance):
     stages = {"scratch": {"params": {"optim.lr": [3e-3, 1e-3, 3e-4, 1e-5], "optim.batch_size": [8]}}}
     state = new_study(tmp_path, stages, overrides=["optim.max_steps=48", "optim.eval_every=8"], num_samples=4,
-                      asha={"grace_period": 8, "reduction_factor": 2})
+                      asha={"grace_period": 0.16, "reduction_factor": 2})  # rungs 0.16, 0.32, 0.64: evals 8, 16, 32 of 48
     pipeline.run_phase(Path(state["dir"]), state, "scratch", trainable.stage_trainable, verbose=0)
     state["phases"]["scratch"] = "done"
     pipeline.save_state(Path(state["dir"]), state)
@@ -284,7 +286,7 @@ def test_asha_stops_only_on_our_steps_and_lets_finishers_finish(tmp_path, ray_in
 
 def test_choice_of_path():
     assert trainable.choose_path(1, 0) == "direct"
-    assert trainable.choose_path(2, 0) == "train" and trainable.choose_path(1, 1) == "train"
+    assert trainable.choose_path(2, 0) == "train" and trainable.choose_path(1, 2) == "train"
     assert trainable.choose_path(1, 0, "train") == "train"
 
 

@@ -3,6 +3,7 @@
     sptune study configs/listops_mini_transformer.yaml                  # search space from task/model
     sptune study configs/listops_mini_transformer.yaml --smoke --dir /tmp/smoke
     sptune resume runs/study-listops_mini_transformer                   # after Ctrl-C / a killed driver
+    sptune resume runs/study-listops_mini_transformer --retry-failed    # also rerun crashed trials
     sptune results runs/study-listops_mini_transformer                  # table + results.csv
 
 Exit codes: 0 when every stage has a completed trial, 1 otherwise, 2 for usage errors, 130 on Ctrl-C.
@@ -52,6 +53,9 @@ def register(subparsers) -> None:
     resume.add_argument("study_dir")
     resume.add_argument("--address", help="Ray cluster to join (default: start a local Ray instance)")
     resume.add_argument("--quiet", action="store_true", help="no Tune progress tables")
+    resume.add_argument("--retry-failed", action="store_true",
+                        help="also rerun crashed trials of finished phases, from their last checkpoint "
+                             "(deterministic failures - out of memory, non-finite loss - are final)")
     resume.set_defaults(func=cmd_resume)
 
     res = subparsers.add_parser("results", help="a study's summary table; rewrites <study dir>/results.csv")
@@ -83,14 +87,14 @@ def cmd_resume(args: argparse.Namespace) -> int:
     state = pipeline.load_state(args.study_dir)
     done = [p for p, s in state["phases"].items() if s == "done"]
     print(f"resuming {state['dir']}" + (f" (done: {', '.join(done)})" if done else ""))
-    return _run(pipeline, Path(state["dir"]), args.address, args.quiet)
+    return _run(pipeline, Path(state["dir"]), args.address, args.quiet, args.retry_failed)
 
 
-def _run(pipeline, study_dir: Path, address: str | None, quiet: bool) -> int:
+def _run(pipeline, study_dir: Path, address: str | None, quiet: bool, retry_failed: bool = False) -> int:
     from sptune import results
 
     try:
-        rows = pipeline.run(study_dir, address=address, verbose=0 if quiet else 1,
+        rows = pipeline.run(study_dir, address=address, verbose=0 if quiet else 1, retry_failed=retry_failed,
                             on_phase=lambda phase: print(f"--- {phase} search", flush=True))
     except KeyboardInterrupt:
         print(f"sptune: interrupted; continue with `sptune resume {study_dir}`", file=sys.stderr)
