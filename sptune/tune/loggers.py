@@ -8,7 +8,10 @@ it starts from) and every eval's metrics.
     wandb        WandbLoggerCallback: project = $WANDB_PROJECT or the study's name, group = the phase,
                  files under <study>/wandb; WANDB_MODE=offline keeps the runs local (`wandb sync` later)
     mlflow       MLflowLoggerCallback: experiment = the study's name, tracking URI $MLFLOW_TRACKING_URI
-                 or the file store file:<study>/mlruns (`mlflow ui --backend-store-uri file:<study>/mlruns`)
+                 or the file store file:<study>/mlruns (`mlflow ui --backend-store-uri file:<study>/mlruns`).
+                 MLflow >= 3.x keeps file stores in maintenance mode and refuses them unless
+                 MLFLOW_ALLOW_FILE_STORE=true, which is set for the default store (not over a user's
+                 own setting); MLFLOW_TRACKING_URI=sqlite:///<file> is the database alternative.
 """
 
 from __future__ import annotations
@@ -36,8 +39,14 @@ def mlflow_uri(study_dir: Path) -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"file:{Path(study_dir).resolve() / 'mlruns'}"
 
 
-def callbacks(name: str, study_dir: Path, phase: str) -> list:
+def prepare(name: str) -> None:
+    """Before each phase, new or restored (a restored one brings its callbacks from Tune's snapshot)."""
     check(name)
+    if name == "mlflow" and "MLFLOW_TRACKING_URI" not in os.environ:
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # read when the callback opens the store
+
+
+def callbacks(name: str, study_dir: Path, phase: str) -> list:
     study_dir = Path(study_dir).resolve()
     if name == "wandb":
         from ray.air.integrations.wandb import WandbLoggerCallback

@@ -220,6 +220,8 @@ def run_phase(study_dir: Path, state: dict[str, Any], phase: str, trainable: Cal
         lineage.update(init_trial=spec.init["trial"], init_step=spec.init["step"],
                        init_checkpoint=spec.init["checkpoint"])
     param_space = {LINEAGE_KEY: lineage}
+    logger = state["options"].get("logger", "tensorboard")
+    loggers.prepare(logger)
     if tune.Tuner.can_restore(str(experiment)):
         # The callbacks and the searcher come back from the experiment (the searcher reopens the journal).
         log.info("restoring the %s search from %s", phase, experiment)
@@ -230,11 +232,12 @@ def run_phase(study_dir: Path, state: dict[str, Any], phase: str, trainable: Cal
         stage_space = search.parse({"stages": {phase: state["space"]["stages"][phase]}}).stages[phase]
         trials = search.trial_count(stage_space, options["num_samples"])
         tuner = tune.Tuner(fn, param_space=param_space, tune_config=tune.TuneConfig(
-            search_alg=search.make_searcher(stage_space, options["sampler"], options["seed"],
-                                            journal=study_dir / search.JOURNAL,
-                                            study_name=search.optuna_study_name(study_dir, phase)),
+            search_alg=search.limit(search.make_searcher(stage_space, options["sampler"], options["seed"],
+                                                         journal=study_dir / search.JOURNAL,
+                                                         study_name=search.optuna_study_name(study_dir, phase)),
+                                    options["max_concurrent"]),
             scheduler=search.make_scheduler(options["asha"], spec.base["optim"]["max_steps"]),
-            num_samples=trials, max_concurrent_trials=options["max_concurrent"], reuse_actors=True,
+            num_samples=trials, reuse_actors=True,
             trial_name_creator=partial(_trial_name, phase),
             trial_dirname_creator=partial(_trial_name, phase)),
             run_config=tune.RunConfig(
@@ -243,7 +246,7 @@ def run_phase(study_dir: Path, state: dict[str, Any], phase: str, trainable: Cal
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
                 # Tune's own TensorBoard logger is left out: the study's TensorBoard runs are the trials'.
                 callbacks=[JsonLoggerCallback(), CSVLoggerCallback(),
-                           *loggers.callbacks(options.get("logger", "tensorboard"), study_dir, phase),
+                           *loggers.callbacks(logger, study_dir, phase),
                            PhaseProgress(phase, trials, spec.base["optim"]["max_steps"])]))
     tuner.fit()
 

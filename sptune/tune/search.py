@@ -35,7 +35,7 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 from ray.tune.schedulers import ASHAScheduler
-from ray.tune.search import Searcher
+from ray.tune.search import ConcurrencyLimiter, Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from sptune.config import STAGE_NAMES, from_dict, read_yaml
@@ -235,6 +235,23 @@ def make_searcher(stage: StageSpace, sampler: str = "auto", seed: int = 0, journ
     return UniqueOptunaSearch(space=distributions, metric=METRIC, mode=MODE,
                               points_to_evaluate=[dict(p) for p in stage.points] or None,
                               sampler=optuna_sampler, storage=storage, study_name=study_name)
+
+
+def limit(searcher: "UniqueOptunaSearch", max_concurrent: int) -> "ResumableLimiter":
+    """The searcher behind the phase's concurrency limit (in place of TuneConfig.max_concurrent_trials)."""
+    return ResumableLimiter(searcher, max_concurrent=max_concurrent)
+
+
+class ResumableLimiter(ConcurrencyLimiter):
+    """Ray's ConcurrencyLimiter forgets a trial once it errors; when Tune runs it again (resume_errored)
+    the limiter dropped its completion (the searcher, so Optuna, never saw the result) and did not count
+    it against the limit. Here its first result brings it back among the live trials."""
+
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        if trial_id not in self.live_trials:
+            self.live_trials.add(trial_id)
+            self.num_unfinished_live_trials += 1
+        super().on_trial_result(trial_id, result)
 
 
 def make_scheduler(asha: dict[str, Any] | None, max_t: int):
