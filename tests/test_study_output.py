@@ -171,6 +171,17 @@ def test_python_api_study_with_mlflow(tmp_path, ray_instance, capsys, monkeypatc
     history = sptune.load_history(frame.run_dir[0])
     assert list(history.step) == [4, 8] and {"val_metric", "train_loss"} <= set(history.columns)
 
+    # The README's notebook example rebuilds the study's table.
+    code = (REPO / "README.md").read_text().split("```python\n", 1)[1].split("```", 1)[0]
+    scope: dict = {}
+    exec(code.replace("runs/study-listops_mini_transformer", str(study_dir)), scope)  # noqa: S102
+    table, best = scope["table"], {stage: results.best_row(rows, stage) for stage in pipeline.PHASES}
+    assert list(table.index) == list(pipeline.PHASES) and list(table.trials) == [2, 1, 1]
+    for stage, row in best.items():
+        assert table.loc[stage, "trial_id"] == row["trial_id"] and table.loc[stage, "best_val"] == row["best_val"]
+    assert scope["spt_gain"] == pytest.approx(best["finetune"]["test_metric"] - best["scratch"]["test_metric"])
+    assert list(scope["history"].step) == [4, 8]
+
     # `sptune report <study dir>`: the table and the plots again, nothing trained.
     (study_dir / "plots" / "pretrain-history.png").unlink()
     assert main(["report", str(study_dir)]) == 0
