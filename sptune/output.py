@@ -48,7 +48,7 @@ class Console:
         from tqdm.auto import tqdm
 
         return tqdm(total=total, initial=initial, desc=desc, file=self.terminal, dynamic_ncols=True, leave=True,
-                    bar_format="{desc} {percentage:3.0f}%|{bar:24}| {postfix} [{elapsed}<{remaining}]")
+                    bar_format="{desc} {percentage:3.0f}%|{bar:24}| [{elapsed}<{remaining}]")
 
 
 def current() -> Console | None:

@@ -336,7 +336,7 @@ class CellProgress:
     def __init__(self, console: output.Console, total: int, finished: int):
         self.console, self.total, self.done, self.ran = console, total, finished, 0
         self.start = time.monotonic()
-        self.bar = console.bar(total, "cells", initial=finished)
+        self.bar = console.bar(total, f"cells {finished}/{total}", initial=finished)
 
     def __call__(self, cell: Cell, status: str, seconds: float) -> None:
         self.done, self.ran = self.done + 1, self.ran + 1
@@ -344,6 +344,7 @@ class CellProgress:
         self.console.line(f"[{self.done}/{self.total}] {cell.key}: {status} in {seconds:.0f} s"
                           + (f"  (ETA {eta})" if self.done < self.total else ""))
         if self.bar is not None:
+            self.bar.set_description_str(f"cells {self.done}/{self.total}", refresh=False)
             self.bar.update(1)
 
     def close(self) -> None:

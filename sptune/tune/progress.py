@@ -52,8 +52,7 @@ class PhaseProgress(Callback):
             self._record(trial, trial.last_result or {})
         self._initial = sum(self._steps.values())
         if self._console is not None:
-            self._bar = self._console.bar(self.trials * self.max_steps, self.phase, self._initial)
-            self._redraw()
+            self._bar = self._console.bar(self.trials * self.max_steps, self._desc(), self._initial)
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         self._record(trial, result)
@@ -106,10 +105,12 @@ class PhaseProgress(Callback):
         return output.eta(time.monotonic() - (self._start or time.monotonic()), done - self._initial,
                           self.trials * self.max_steps - done)
 
+    def _desc(self) -> str:
+        return (f"{self.phase:8s} {len(self._ended)}/{self.trials} trials"
+                + (f", best val {self._best:.4f}" if math.isfinite(self._best) else ""))
+
     def _redraw(self) -> None:
         if self._bar is None:
             return
-        self._bar.set_postfix_str(f"{len(self._ended)}/{self.trials} trials"
-                                  + (f", best val {self._best:.4f}" if math.isfinite(self._best) else ""),
-                                  refresh=False)
+        self._bar.set_description_str(self._desc(), refresh=False)
         self._bar.update(sum(self._steps.values()) - self._bar.n)
