@@ -15,3 +15,4 @@ import os
 # takes for repeats across workers ("[repeated 2x across cluster]"). Ray reads this when first imported,
 # which is after this (every module here that imports Ray is in this package).
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+os.environ.setdefault("RAY_COLOR_PREFIX", "0")  # plain text in the log: no ANSI colors around "(pid=...)"
