@@ -2,6 +2,18 @@
 
 Amos, Berant, Gupta. "Never Train from Scratch: Fair Comparison of Long-Sequence Models
 Requires Data-Driven Priors." ICLR 2024.
+
+The Python API (sptune.api; imported on first use, so `import sptune` stays light):
+run_study, resume_study, load_results, load_history.
 """
 
 __version__ = "0.1.0"
+__all__ = ["run_study", "resume_study", "load_results", "load_history"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        from sptune import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'sptune' has no attribute {name!r}")

@@ -22,7 +22,9 @@ TINY = ["model.d_model=16", "model.n_layers=1", "model.n_heads=2", "model.d_ff=1
 def ray_instance():
     import ray
 
-    if ray.is_initialized():  # each module importing this fixture registers its own copy: share the one Ray
+    if ray.is_initialized():
+        # Each test module that imports this fixture holds its own copy of it: the first one started
+        # Ray and shuts it down at the session's end.
         yield ray
         return
     # Ray's processes start from this environment: offline hub and the session's SPTUNE_CACHE.

@@ -3,6 +3,7 @@
 import contextlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -82,7 +83,11 @@ def test_declared_dependencies_match_the_imports():
     missing = [name for name in sorted(third_party) if dist.get(name, name).replace("_", "-").lower()
                not in declared.replace("_", "-")]
     assert not missing, f"imported but not declared in pyproject.toml: {missing}"
-    assert "pandas" not in declared  # not imported by sptune (Ray Tune brings its own)
+    # And the other way: every core dependency is imported (nothing declared that sptune does not use).
+    core = {re.split(r"[\[<>=!~ ]", requirement, maxsplit=1)[0].lower() for requirement in project["dependencies"]}
+    module = {dist_name: name for name, dist_name in dist.items()}
+    unused = sorted(d for d in core if module.get(d, d).replace("-", "_").lower() not in {m.lower() for m in third_party})
+    assert not unused, f"declared in pyproject.toml but never imported: {unused}"
     assert project["optional-dependencies"]["cluster"] == ["boto3>=1.26"]
 
 def free_ports(n):

@@ -10,12 +10,13 @@ import subprocess
 import sys
 import time
 
+import optuna
 import pytest
 import yaml
 from ray_fixtures import sptune_env
 
 from sptune import checkpoints, results
-from sptune.tune import pipeline
+from sptune.tune import pipeline, search
 
 pytestmark = pytest.mark.slow
 
@@ -101,6 +102,18 @@ def test_resume_after_the_driver_dies(tmp_path, sig):
         assert len((study_dir / "results.csv").read_text().splitlines()) == 7
         for stage in ("finetune", "scratch"):  # the searcher did not hand out a point twice
             assert len({r["optim.lr"] for r in rows if r["stage"] == stage}) == 2
+
+        # Each phase's Optuna study in the journal went on across the resume: exactly one COMPLETE trial
+        # per finished Tune trial, with its params, and nothing left running.
+        storage = search.journal_storage(study_dir / search.JOURNAL)
+        for stage in results.STAGES:
+            trials = optuna.load_study(study_name=search.optuna_study_name(study_dir, stage), storage=storage).trials
+            complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+            mine = [r for r in rows if r["stage"] == stage]
+            assert sorted((t.params["optim.lr"], t.params["optim.batch_size"]) for t in complete) == \
+                sorted((r["optim.lr"], r["optim.batch_size"]) for r in mine)
+            assert sorted(t.value for t in complete) == pytest.approx(sorted(r["best_val"] for r in mine))
+            assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
 
         time.sleep(2)  # the resumed driver stopped its own Ray instance on the way out
         assert pipeline.leftover_processes(study_dir) == []

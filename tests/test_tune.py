@@ -382,13 +382,20 @@ def test_an_existing_study_is_not_overwritten(tmp_path, capsys):
 def test_cli_smoke_study_then_results(tmp_path):
     study_dir = tmp_path / "smoke"
     try:
-        proc = subprocess.run([sys.executable, "-m", "sptune.cli", "study", str(CONFIG), "--smoke", "--quiet",
+        proc = subprocess.run([sys.executable, "-m", "sptune.cli", "study", str(CONFIG), "--smoke",
                                "--dir", str(study_dir)], capture_output=True, text=True, env=sptune_env(),
                               timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
         for words in ("trials run directly in Ray Tune", results.RULE, "SPT (pretrain -> finetune) vs scratch",
-                      f"tensorboard --logdir {study_dir}"):
+                      f"tensorboard --logdir {study_dir}", f"optuna-dashboard {study_dir / 'optuna.journal'}"):
             assert words in proc.stdout
+        # A few lines on the terminal (a line per trial, no Ray tables); everything else in the log.
+        shown, log = proc.stdout.splitlines(), study_dir / "study.log"
+        assert len(shown) <= 40 and proc.stderr == "" and shown[-1] == f"log: {log}", proc.stdout
+        assert sum(" completed, best val " in line for line in shown) == 3 * pipeline.SMOKE_SAMPLES
+        logged = log.read_text()
+        assert "Trial status" in logged and "Trial status" not in proc.stdout
+        assert logged.count(" step 8/8 ") == 3 * pipeline.SMOKE_SAMPLES  # every trial's last eval line
         assert len((study_dir / "results.csv").read_text().splitlines()) == 1 + 3 * pipeline.SMOKE_SAMPLES
         again = subprocess.run([sys.executable, "-m", "sptune.cli", "results", str(study_dir)], capture_output=True,
                                text=True, env=sptune_env(), timeout=60)

@@ -19,6 +19,7 @@ Layout of a study directory:
                              tune:  a pipeline study directory (study.json, <stage>/<trial>/, tune/)
     cells/<key>/error.txt    why a cell failed to run (it is retried on the next run)
     results.csv, summary.csv, table.md, *.png    written by sptune.studies.report
+    study.log                everything Ray and the runs printed (the terminal shows the cells' progress)
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from typing import Any, Callable, Iterator
 
 import yaml
 
-from sptune import checkpoints
+from sptune import checkpoints, output
 from sptune.config import load as load_config
 from sptune.errors import UserError
 
@@ -280,9 +281,10 @@ def run_cell(cell: Cell, cell_dir: Path, backend: str, options: TuneOptions) -> 
 
 
 def run_study(study_dir: str | Path, plan: Plan, options: TuneOptions | None = None,
-              on_cell: Callable[[int, int, Cell, str], None] | None = None) -> list[str]:
+              on_cell: Callable[[Cell, str, float], None] | None = None) -> list[str]:
     """Run every unfinished cell (finished ones are skipped: rerunning is resuming). Returns the keys of
-    cells that failed to run; their error is in cells/<key>/error.txt and they are retried next time."""
+    cells that failed to run; their error is in cells/<key>/error.txt and they are retried next time.
+    `on_cell(cell, "done" | "failed", seconds)` is called after each cell that ran."""
     if plan.backend not in BACKENDS:
         raise UserError(f"--backend {plan.backend!r}; choose one of: {', '.join(BACKENDS)}")
     study_dir = Path(study_dir).resolve()
@@ -293,12 +295,8 @@ def run_study(study_dir: str | Path, plan: Plan, options: TuneOptions | None = N
     todo = [c for c in plan.cells if not cell_done(c, study_dir / CELLS_DIR / c.key, plan.backend)]
     session = ray_for_study(study_dir, options.address) if plan.backend == "tune" and todo else _nothing()
     with session:
-        for i, cell in enumerate(plan.cells):
+        for cell in todo:
             cell_dir = study_dir / CELLS_DIR / cell.key
-            if cell not in todo:
-                continue
-            if on_cell is not None:
-                on_cell(i, len(plan.cells), cell, "start")
             start = time.perf_counter()
             try:
                 run_cell(cell, cell_dir, plan.backend, options)
@@ -309,9 +307,31 @@ def run_study(study_dir: str | Path, plan: Plan, options: TuneOptions | None = N
                 failed.append(cell.key)
                 log.error("cell %s failed: %s", cell.key, exc)
             if on_cell is not None:
-                on_cell(i, len(plan.cells), cell, f"{'failed' if cell.key in failed else 'done'} "
-                                                  f"in {time.perf_counter() - start:.0f} s")
+                on_cell(cell, "failed" if cell.key in failed else "done", time.perf_counter() - start)
     return failed
+
+
+class CellProgress:
+    """Cells done / total on the study's console, with an ETA from the cells finished in this run:
+    a bar on a terminal, and one line per finished cell."""
+
+    def __init__(self, console: output.Console, total: int, finished: int):
+        self.console, self.total, self.done, self.ran = console, total, finished, 0
+        self.start = time.monotonic()
+        self.bar = console.bar(total, f"cells {finished}/{total}", initial=finished)
+
+    def __call__(self, cell: Cell, status: str, seconds: float) -> None:
+        self.done, self.ran = self.done + 1, self.ran + 1
+        eta = output.eta(time.monotonic() - self.start, self.ran, self.total - self.done)
+        self.console.line(f"[{self.done}/{self.total}] {cell.key}: {status} in {seconds:.0f} s"
+                          + (f"  (ETA {eta})" if self.done < self.total else ""))
+        if self.bar is not None:
+            self.bar.set_description_str(f"cells {self.done}/{self.total}", refresh=False)
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 @contextmanager
@@ -353,15 +373,22 @@ def main(study: str, build_plan: Callable[[argparse.Namespace], Plan], descripti
         plan = build_plan(args)
         plan.backend, plan.smoke = args.backend, args.smoke_test
         study_dir = Path(args.dir or Path("runs") / "studies" / (study + ("-smoke" if args.smoke_test else "")))
-        print(f"{plan.title}: {len(plan.cells)} cells, backend {plan.backend} -> {study_dir}", flush=True)
-        finished = [c for c in plan.cells if cell_done(c, study_dir.resolve() / CELLS_DIR / c.key, plan.backend)]
-        if finished:
-            print(f"resuming: {len(finished)} of {len(plan.cells)} cells already finished, skipped", flush=True)
-        options = TuneOptions(args.num_samples, args.max_concurrent, args.cpus_per_trial, args.gpus_per_trial,
-                              args.address)
-        failed = run_study(study_dir, plan, options, on_cell=lambda i, n, c, what: print(
-            f"[{i + 1}/{n}] {c.key}: {what}", flush=True))
-        paths = report.write(study_dir)
+        log_path = study_dir.resolve() / output.LOG_NAME
+        # Ray, Tune and the trials print into the log; the terminal gets the cells' progress.
+        with output.captured(log_path, show_trials=False) as console:
+            console.line(f"{plan.title}: {len(plan.cells)} cells, backend {plan.backend} -> {study_dir}")
+            console.line(f"log: {log_path}")
+            finished = [c for c in plan.cells if cell_done(c, study_dir.resolve() / CELLS_DIR / c.key, plan.backend)]
+            if finished:
+                console.line(f"resuming: {len(finished)} of {len(plan.cells)} cells already finished, skipped")
+            options = TuneOptions(args.num_samples, args.max_concurrent, args.cpus_per_trial, args.gpus_per_trial,
+                                  args.address)
+            progress = CellProgress(console, len(plan.cells), len(finished))
+            try:
+                failed = run_study(study_dir, plan, options, on_cell=progress)
+            finally:
+                progress.close()
+            paths = report.write(study_dir)
     except UserError as exc:
         print(f"sptune: error: {exc}", file=sys.stderr)
         return 2
@@ -371,6 +398,7 @@ def main(study: str, build_plan: Callable[[argparse.Namespace], Plan], descripti
     print(f"table: {paths['table']}")
     for png in paths["plots"]:
         print(f"plot:  {png}")
+    print(f"log:   {log_path}")
     if failed:
         print(f"{len(failed)} cell(s) failed (see cells/<key>/{ERROR_FILE}): {', '.join(failed)}", file=sys.stderr)
         return 1

@@ -2,11 +2,13 @@
 
     sptune study configs/listops_mini_transformer.yaml                  # search space from task/model
     sptune study configs/listops_mini_transformer.yaml --smoke --dir /tmp/smoke
+    sptune study configs/listops_mini_transformer.yaml --logger mlflow     # or wandb; --verbose: Ray's tables
     sptune resume runs/study-listops_mini_transformer                   # after Ctrl-C / a killed driver
     sptune resume runs/study-listops_mini_transformer --retry-failed    # also rerun crashed trials
     sptune results runs/study-listops_mini_transformer                  # table + results.csv
 
 Exit codes: 0 when every stage has a completed trial, 1 otherwise, 2 for usage errors, 130 on Ctrl-C.
+Both commands are sptune.api.run_study / resume_study: the same options from Python.
 """
 
 from __future__ import annotations
@@ -14,8 +16,11 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Callable
 
 from sptune.errors import UserError
+from sptune.output import LOG_NAME
+from sptune.tune.loggers import LOGGERS
 
 
 def register(subparsers) -> None:
@@ -44,7 +49,10 @@ def register(subparsers) -> None:
                        help="direct: run in the Tune trial; train: Ray Train TorchTrainer (auto: direct for one "
                             "CPU worker)")
     study.add_argument("--address", help="Ray cluster to join (default: start a local Ray instance)")
-    study.add_argument("--quiet", action="store_true", help="no Tune progress tables")
+    study.add_argument("--logger", choices=LOGGERS, default="tensorboard",
+                       help="experiment tracker: every trial a run with its config, lineage and evals "
+                            "(wandb, mlflow: pip install 'sptune[wandb]' / 'sptune[mlflow]')")
+    _output_flags(study)
     study.set_defaults(func=cmd_study)
 
     resume = subparsers.add_parser("resume", help="continue a study whose driver stopped (Ctrl-C, killed)",
@@ -52,10 +60,10 @@ def register(subparsers) -> None:
                                                "latest checkpoint, the searcher keeps its state.")
     resume.add_argument("study_dir")
     resume.add_argument("--address", help="Ray cluster to join (default: start a local Ray instance)")
-    resume.add_argument("--quiet", action="store_true", help="no Tune progress tables")
     resume.add_argument("--retry-failed", action="store_true",
                         help="also rerun crashed trials of finished phases, from their last checkpoint "
                              "(deterministic failures - out of memory, non-finite loss - are final)")
+    _output_flags(resume)
     resume.set_defaults(func=cmd_resume)
 
     res = subparsers.add_parser("results", help="a study's summary table; rewrites <study dir>/results.csv")
@@ -63,44 +71,47 @@ def register(subparsers) -> None:
     res.set_defaults(func=cmd_results)
 
 
-def cmd_study(args: argparse.Namespace) -> int:
-    from sptune.tune import pipeline
+def _output_flags(parser: argparse.ArgumentParser) -> None:
+    # dest "output", not "verbose": the top-level -v/--verbose (debug logging) shares the namespace.
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--verbose", dest="output", action="store_const", const="verbose", default="progress",
+                       help="also Ray Tune's tables and every trial's output on the terminal (always in "
+                            "<study>/study.log)")
+    group.add_argument("--quiet", dest="output", action="store_const", const="quiet",
+                       help="only the final table")
 
-    study_dir = Path(args.dir or Path("runs") / f"study-{Path(args.config).stem}{'-smoke' if args.smoke else ''}")
-    options = pipeline.Options(
+
+def cmd_study(args: argparse.Namespace) -> int:
+    from sptune import api
+
+    study_dir = Path(args.dir) if args.dir else api.default_dir(args.config, args.smoke)
+    return _interruptible(study_dir, lambda: api.run_study(
+        args.config, args.overrides, study_dir, search_space=args.search_space, smoke=args.smoke,
         num_samples=args.num_samples, max_concurrent=args.max_concurrent, workers=args.workers,
         cpus_per_worker=args.cpus_per_worker, gpus_per_worker=args.gpus_per_worker, asha=args.asha,
         sampler=args.sampler, seed=args.seed, max_failures=args.max_failures, train_path=args.train_path,
-        smoke=args.smoke)
-    if args.num_samples is not None and args.num_samples < 1:
-        raise UserError("--num-samples must be >= 1")
-    state = pipeline.create(args.config, args.overrides, study_dir, args.search_space, options)
-    print(f"study {state['dir']}: search space {state['space']['path']}, up to {state['options']['num_samples']} "
-          f"trials per stage, {state['options']['max_concurrent']} at once")
-    print(pipeline.describe_path(state["options"]))
-    return _run(pipeline, Path(state["dir"]), args.address, args.quiet)
+        logger=args.logger, address=args.address, output=args.output))
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from sptune.tune import pipeline
+    from sptune import api
 
-    state = pipeline.load_state(args.study_dir)
-    done = [p for p, s in state["phases"].items() if s == "done"]
-    print(f"resuming {state['dir']}" + (f" (done: {', '.join(done)})" if done else ""))
-    return _run(pipeline, Path(state["dir"]), args.address, args.quiet, args.retry_failed)
+    return _interruptible(Path(args.study_dir), lambda: api.resume_study(args.study_dir, address=args.address,
+                                                                         output=args.output,
+                                                                         retry_failed=args.retry_failed))
 
 
-def _run(pipeline, study_dir: Path, address: str | None, quiet: bool, retry_failed: bool = False) -> int:
+def _interruptible(study_dir: Path, run: Callable[[], Path]) -> int:
+    """Run the study; exit 0 when every stage has a completed trial, 1 otherwise, 130 on Ctrl-C."""
     from sptune import results
 
     try:
-        rows = pipeline.run(study_dir, address=address, verbose=0 if quiet else 1, retry_failed=retry_failed,
-                            on_phase=lambda phase: print(f"--- {phase} search", flush=True))
+        study_dir = run()
     except KeyboardInterrupt:
-        print(f"sptune: interrupted; continue with `sptune resume {study_dir}`", file=sys.stderr)
+        print(f"sptune: interrupted; continue with `sptune resume {study_dir.resolve()}` "
+              f"(log: {study_dir.resolve() / LOG_NAME})", file=sys.stderr)
         return 130
-    print()
-    print(results.summary(study_dir, rows))
+    rows = results.collect(study_dir)
     return 0 if all(results.best_row(rows, s)[0] for s in results.STAGES) else 1
 
 

@@ -12,12 +12,15 @@ A study directory holds everything, so `sptune resume <dir>` needs nothing else:
                           the selected pretraining trial and what selected it (selected_by)
     pretrain|finetune|scratch/<run>/   one run directory per trial (see sptune.tune.trainable)
     tune/<phase>/         Ray Tune's experiment state, for Tuner.restore
+    optuna.journal        every phase's Optuna study `<study dir name>/<phase>` (optuna-dashboard reads it)
+    study.log             everything Ray, Tune and the trials printed (sptune.output)
     train/                Ray Train runs (TorchTrainer path)
     results.csv           one row per trial (sptune.results)
 
 Resume: finished phases are skipped; an interrupted phase is restored with Tuner.restore
 (resume_unfinished, resume_errored): Tune keeps its finished trials and the searcher's state, and
-each unfinished trial continues from its run directory's last.pt (or Tune's copy of it).
+each unfinished trial continues from its run directory's last.pt (or Tune's copy of it). The searcher
+reopens the phase's Optuna study in the journal (search.UniqueOptunaSearch keeps the two in step).
 `--retry-failed` also restores finished phases that have crashed trials (sptune.tune.failures).
 
 A GPU study first checks that the cluster has, or its autoscaler can add, nodes with the GPUs a
@@ -39,12 +42,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from sptune import checkpoints, results
+from sptune import checkpoints, output, results
 from sptune.config import STAGE_NAMES
 from sptune.config import load as load_config
 from sptune.errors import UserError
-from sptune.tune import failures, resources, search
-from sptune.tune.trainable import PATHS, TrialSpec, choose_path, stage_trainable, trial_resources
+from sptune.tune import failures, loggers, resources, search
+from sptune.tune.trainable import LINEAGE_KEY, PATHS, TrialSpec, choose_path, stage_trainable, trial_resources
 
 log = logging.getLogger("sptune.tune")
 
@@ -72,6 +75,7 @@ class Options:
     max_failures: int = 2
     train_path: str = "auto"  # "auto" | "direct" | "train"
     smoke: bool = False
+    logger: str = "tensorboard"  # experiment tracker (sptune.tune.loggers)
 
 
 # ----------------------------------------------------------------------------- creating / loading
@@ -129,6 +133,7 @@ def resolve_options(options: Options, space: search.SearchSpace) -> dict[str, An
     """Command-line options over the search-space file's settings over the defaults."""
     if options.train_path not in PATHS:
         raise UserError(f"--train-path {options.train_path!r}; choose one of: {', '.join(PATHS)}")
+    loggers.check(options.logger)
     resources = space.resources
 
     def pick(value: Any, key: str, default: float) -> Any:  # the command line, else the search space
@@ -145,7 +150,7 @@ def resolve_options(options: Options, space: search.SearchSpace) -> dict[str, An
         "gpus_per_worker": float(pick(options.gpus_per_worker, "gpus_per_worker", 0)),
         "asha": asha, "sampler": options.sampler or space.sampler,
         "seed": space.seed if options.seed is None else options.seed,
-        "max_failures": options.max_failures, "smoke": options.smoke,
+        "max_failures": options.max_failures, "smoke": options.smoke, "logger": options.logger,
     }
     if resolved["workers"] < 1 or resolved["cpus_per_worker"] <= 0 or resolved["gpus_per_worker"] < 0:
         raise UserError("--workers must be >= 1, --cpus-per-worker > 0 and --gpus-per-worker >= 0")
@@ -180,15 +185,14 @@ def describe_path(options: dict[str, Any]) -> str:
 
 # ----------------------------------------------------------------------------- running
 def run(study_dir: str | Path, address: str | None = None, verbose: int = 1,
-        trainable: Callable[..., None] = stage_trainable, on_phase: Callable[[str], None] | None = None,
-        retry_failed: bool = False) -> list[dict[str, Any]]:
+        trainable: Callable[..., None] = stage_trainable, retry_failed: bool = False) -> list[dict[str, Any]]:
     """Run (or continue) every phase of a study; returns the results rows (also in results.csv).
 
     `retry_failed` also reruns, from their last checkpoint, the crashed trials of finished phases
     (a finished phase keeps its selection: finetuning still starts from the trial chosen before).
 
-    `trainable` is the Tune function of each trial (stage_trainable; a test may wrap it), `on_phase`
-    is called with the phase name before each phase starts (for progress printing).
+    `trainable` is the Tune function of each trial (stage_trainable; a test may wrap it); `verbose`
+    is Tune's own verbosity (its tables go wherever stdout goes: see sptune.api and sptune.output).
     """
     study_dir = Path(study_dir).resolve()
     state = load_state(study_dir)
@@ -202,9 +206,8 @@ def run(study_dir: str | Path, address: str | None = None, verbose: int = 1,
             if phase == "finetune" and not select_pretraining(study_dir, state):
                 state["phases"]["finetune"] = "skipped: no pretraining trial completed"
                 save_state(study_dir, state)
+                output.say("finetune: skipped, no pretraining trial completed")
                 continue
-            if on_phase is not None:
-                on_phase(phase)
             run_phase(study_dir, state, phase, trainable, verbose)
             state["phases"][phase] = "done"
             save_state(study_dir, state)
@@ -247,20 +250,35 @@ def run_phase(study_dir: Path, state: dict[str, Any], phase: str, trainable: Cal
     from ray import tune
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
+    from sptune.tune.progress import PhaseProgress
+
     spec = trial_spec(study_dir, state, phase)
     fn = tune.with_resources(tune.with_parameters(trainable, spec=spec), trial_resources(spec))
     experiment = study_dir / "tune" / phase
+    # Not searched, the same in every trial's config: what trackers log as the trial's lineage.
+    lineage = {"name": study_dir.name, "stage": phase}
+    if phase == "finetune":
+        lineage.update(init_trial=spec.init["trial"], init_step=spec.init["step"],
+                       init_checkpoint=spec.init["checkpoint"])
+    param_space = {LINEAGE_KEY: lineage}
+    logger = state["options"].get("logger", "tensorboard")
+    loggers.prepare(logger)
     if tune.Tuner.can_restore(str(experiment)):
+        # The callbacks and the searcher come back from the experiment (the searcher reopens the journal).
         log.info("restoring the %s search from %s", phase, experiment)
-        tuner = tune.Tuner.restore(str(experiment), fn, resume_unfinished=True, resume_errored=True)
+        tuner = tune.Tuner.restore(str(experiment), fn, resume_unfinished=True, resume_errored=True,
+                                   param_space=param_space)
     else:
         options = state["options"]
         stage_space = search.parse({"stages": {phase: state["space"]["stages"][phase]}}).stages[phase]
-        tuner = tune.Tuner(fn, tune_config=tune.TuneConfig(
-            search_alg=search.make_searcher(stage_space, options["sampler"], options["seed"]),
+        trials = search.trial_count(stage_space, options["num_samples"])
+        tuner = tune.Tuner(fn, param_space=param_space, tune_config=tune.TuneConfig(
+            search_alg=search.limit(search.make_searcher(stage_space, options["sampler"], options["seed"],
+                                                         journal=study_dir / search.JOURNAL,
+                                                         study_name=search.optuna_study_name(study_dir, phase)),
+                                    options["max_concurrent"]),
             scheduler=search.make_scheduler(options["asha"]),
-            num_samples=search.trial_count(stage_space, options["num_samples"]),
-            max_concurrent_trials=options["max_concurrent"], reuse_actors=True,
+            num_samples=trials, reuse_actors=True,
             trial_name_creator=partial(_trial_name, phase),
             trial_dirname_creator=partial(_trial_name, phase)),
             run_config=tune.RunConfig(
@@ -268,7 +286,9 @@ def run_phase(study_dir: Path, state: dict[str, Any], phase: str, trainable: Cal
                 failure_config=tune.FailureConfig(max_failures=options["max_failures"]),
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
                 # Tune's own TensorBoard logger is left out: the study's TensorBoard runs are the trials'.
-                callbacks=[JsonLoggerCallback(), CSVLoggerCallback(), failures.make_outcomes_callback(spec)]))
+                callbacks=[JsonLoggerCallback(), CSVLoggerCallback(), failures.make_outcomes_callback(spec),
+                           *loggers.callbacks(logger, study_dir, phase),
+                           PhaseProgress(phase, trials)]))
     tuner.fit()
 
 

@@ -13,13 +13,17 @@ Sampler choice (optuna#2021: TPE on a small categorical grid proposes the same p
 again): a fully categorical grid is searched by Optuna's BruteForceSampler, which never repeats a
 point (enqueued points included) and caps the trial count at the grid size; spaces with a
 continuous range use TPE. Either way `UniqueOptunaSearch` refuses a point that already ran.
+
+Each phase's Optuna study lives in the study directory's journal file (`optuna.journal`, Optuna's
+JournalStorage: append-only, safe for concurrent writers), named `<study dir name>/<phase>`, so
+`optuna-dashboard <study>/optuna.journal` shows the searches while they run and after. Resume keeps
+the same Optuna study: see UniqueOptunaSearch.
 """
 
 from __future__ import annotations
 
 import importlib.resources
 import itertools
-import logging
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -28,8 +32,11 @@ from typing import Any
 
 import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
 from ray.tune.schedulers import ASHAScheduler
-from ray.tune.search import Searcher
+from ray.tune.search import ConcurrencyLimiter, Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from sptune.config import STAGE_NAMES, from_dict, read_yaml
@@ -47,6 +54,7 @@ FULL_BUDGET = 1.0 - 1e-9
 SAMPLERS = ("auto", "brute", "tpe")
 RANGES = ("loguniform", "uniform")
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the checkout's root when sptune runs from one
+JOURNAL = "optuna.journal"  # in the study directory: every phase's Optuna study
 
 
 @dataclass
@@ -235,9 +243,19 @@ def grid_points(stage: StageSpace) -> list[dict[str, Any]]:
 
 
 # ----------------------------------------------------------------------------- Ray Tune / Optuna objects
-def make_searcher(stage: StageSpace, sampler: str = "auto", seed: int = 0) -> "UniqueOptunaSearch":
+def journal_storage(path: str | Path) -> JournalStorage:
+    return JournalStorage(JournalFileBackend(str(Path(path).resolve())))
+
+
+def optuna_study_name(study_dir: str | Path, phase: str) -> str:
+    return f"{Path(study_dir).resolve().name}/{phase}"
+
+
+def make_searcher(stage: StageSpace, sampler: str = "auto", seed: int = 0, journal: str | Path | None = None,
+                  study_name: str | None = None) -> "UniqueOptunaSearch":
+    """The phase's searcher; with `journal` its Optuna study `study_name` is kept in that journal file
+    (started afresh: a phase is only built anew when Tune has nothing to restore)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial is Tune's job
-    logging.getLogger("ray.tune.search.optuna.optuna_search").addFilter(_quiet_exhausted_grid)
     distributions = {
         key: CategoricalDistribution(values) if isinstance(values, list)
         else FloatDistribution(*next(iter(values.values())), log="loguniform" in values)
@@ -252,15 +270,33 @@ def make_searcher(stage: StageSpace, sampler: str = "auto", seed: int = 0) -> "U
             optuna_sampler = optuna.samplers.BruteForceSampler(seed=seed)
     else:
         optuna_sampler = optuna.samplers.TPESampler(seed=seed)
+    storage = None
+    if journal is not None:
+        storage = journal_storage(journal)
+        if study_name in {s.study_name for s in storage.get_all_studies()}:
+            # A phase that Tune could not restore (stopped before its first snapshot) starts over;
+            # the Optuna trials of that attempt were never known to Tune, so they go too.
+            optuna.delete_study(study_name=study_name, storage=storage)
     return UniqueOptunaSearch(space=distributions, metric=METRIC, mode=MODE,
-                                  points_to_evaluate=[dict(p) for p in stage.points] or None,
-                                  sampler=optuna_sampler)
+                              points_to_evaluate=[dict(p) for p in stage.points] or None,
+                              sampler=optuna_sampler, storage=storage, study_name=study_name)
 
 
-def _quiet_exhausted_grid(record: logging.LogRecord) -> bool:
-    """BruteForceSampler stops its study when the last grid point is told; outside study.optimize
-    Optuna warns about that stop, which here only means "grid done"."""
-    return "Study.stop" not in record.getMessage()
+def limit(searcher: "UniqueOptunaSearch", max_concurrent: int) -> "ResumableLimiter":
+    """The searcher behind the phase's concurrency limit (in place of TuneConfig.max_concurrent_trials)."""
+    return ResumableLimiter(searcher, max_concurrent=max_concurrent)
+
+
+class ResumableLimiter(ConcurrencyLimiter):
+    """Ray's ConcurrencyLimiter forgets a trial once it errors; when Tune runs it again (resume_errored)
+    the limiter dropped its completion (the searcher, so Optuna, never saw the result) and did not count
+    it against the limit. Here its first result brings it back among the live trials."""
+
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        if trial_id not in self.live_trials:
+            self.live_trials.add(trial_id)
+            self.num_unfinished_live_trials += 1
+        super().on_trial_result(trial_id, result)
 
 
 def make_scheduler(asha: dict[str, Any] | None):
@@ -274,11 +310,23 @@ def make_scheduler(asha: dict[str, Any] | None):
 
 
 class UniqueOptunaSearch(OptunaSearch):
-    """OptunaSearch that never hands out a point it has already handed out.
+    """OptunaSearch that never hands out a point it has already handed out, and whose Optuna study
+    holds exactly what Tune ran, across restores.
 
     A repeat (TPE on categorical values) is told back to Optuna as pruned and another point asked
     for; after MAX_REPEATS repeats in a row the searcher reports FINISHED instead of running a
     duplicate. `_seen` is saved with the searcher's state, so a restored study remembers it.
+
+    Optuna states: COMPLETE = the trial ran to its end (its best validation metric is the value),
+    FAIL = it diverged or crashed, PRUNED = ASHA stopped it (the last reported value stays).
+    Intermediate values are reported at our own step (Tune's iteration restarts on restore).
+
+    With a journal, the pickled searcher reopens the same journal file: Tune.restore brings back
+    the searcher of its last snapshot, and the journal may have moved on since. Three cases follow:
+    a trial told after the snapshot is not told again; an Optuna trial asked after the snapshot
+    (unknown to the restored Tune) is failed and its point queued again, so no grid point is lost;
+    an errored trial that Tune runs again (resume_errored) gets a new Optuna trial with its params,
+    so its result is not dropped (Optuna cannot reopen a finished trial).
     """
 
     MAX_REPEATS = 100
@@ -293,8 +341,76 @@ class UniqueOptunaSearch(OptunaSearch):
             if key not in seen:
                 seen.add(key)
                 return params
-            try:
-                self._ot_study.tell(self._ot_trials.pop(trial_id), state=optuna.trial.TrialState.PRUNED)
-            except RuntimeError:  # BruteForceSampler stops its study once every grid point is taken
-                return Searcher.FINISHED
+            if not self._tell(self._ot_trials.pop(trial_id), None, TrialState.PRUNED):
+                return Searcher.FINISHED  # BruteForceSampler: every grid point is taken
         return Searcher.FINISHED
+
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        trial = self._live(trial_id, reopen=True)
+        # Optuna's intermediate values are keyed by our own optimizer step (an int, monotonic across restores).
+        step, value = result.get("step"), result.get(self.metric)
+        if trial is None or step is None or not _finite(value):
+            return
+        if step not in self._frozen(trial).intermediate_values:  # a resumed trial repeats its last eval
+            trial.report(value, step)
+
+    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
+        trial = self._live(trial_id, reopen=not error)
+        if trial is None:
+            return  # told before the driver stopped: the trial ended after Tune's last snapshot
+        result = result or {}
+        value = result.get(self.metric)
+        if error or result.get("status") == "failed" or not _finite(value):
+            state, value = TrialState.FAIL, None
+        elif "status" not in result:  # only final results carry a status: stopped early (ASHA)
+            state, value = TrialState.PRUNED, None
+        else:
+            state = TrialState.COMPLETE
+        self._tell(trial, value, state)
+
+    def restore(self, checkpoint_path: str) -> None:
+        super().restore(checkpoint_path)
+        if self._storage is None:
+            return
+        known = {trial._trial_id for trial in self._ot_trials.values()}
+        for frozen in self._ot_study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if frozen._trial_id not in known:
+                # Asked after Tune's last snapshot: the restored Tune never runs it. Set directly in the
+                # storage: a sampler's after_trial must not count it as a visited grid point.
+                self._storage.set_trial_state_values(frozen._trial_id, TrialState.FAIL)
+                self._ot_study.enqueue_trial(frozen.params)
+
+    # -- helpers
+    def _frozen(self, trial: optuna.Trial) -> optuna.trial.FrozenTrial:
+        return self._ot_study._storage.get_trial(trial._trial_id)
+
+    def _live(self, trial_id: str, reopen: bool) -> optuna.Trial | None:
+        """The Optuna trial of a Tune trial if it can still be reported to / told, else None."""
+        trial = self._ot_trials.get(trial_id)
+        if trial is None:
+            return None
+        frozen = self._frozen(trial)
+        if frozen.state == TrialState.RUNNING:
+            return trial
+        if frozen.state == TrialState.FAIL and reopen:  # an errored trial that Tune runs again
+            storage = self._ot_study._storage
+            new_id = storage.create_new_trial(self._ot_study._study_id, template_trial=optuna.trial.create_trial(
+                state=TrialState.RUNNING, params=frozen.params, distributions=frozen.distributions))
+            self._ot_trials[trial_id] = optuna.Trial(self._ot_study, new_id)
+            return self._ot_trials[trial_id]
+        return None
+
+    def _tell(self, trial: optuna.Trial, value: float | None, state: TrialState) -> bool:
+        """Tell Optuna; False when BruteForceSampler found its grid exhausted. It then calls
+        Study.stop, which raises outside study.optimize; Optuna has stored the state by then."""
+        try:
+            self._ot_study.tell(trial, value, state=state)
+        except RuntimeError as exc:
+            if "Study.stop" not in str(exc):
+                raise
+            return False
+        return True
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)

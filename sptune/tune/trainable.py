@@ -44,6 +44,9 @@ WORKER = "worker.json"
 # its bundle, and "memory" is one every Ray node has, unlike a custom resource.
 DRIVER_RESOURCES = {"CPU": 0, "memory": 64 * 2**20}
 CARRIED = (checkpoints.LAST, checkpoints.BEST, PROGRESS)  # what a Tune / Train checkpoint holds
+# A constant entry of every trial's Tune config: the study, stage and (finetune) the pretraining trial it
+# starts from, so experiment trackers log each trial's lineage with its config. Not a searched param.
+LINEAGE_KEY = "study"
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,7 @@ def stage_trainable(params: dict[str, Any], spec: TrialSpec) -> None:
     """The Tune function trainable (wrapped with tune.with_parameters(..., spec=spec))."""
     from ray import tune
 
+    params = {key: value for key, value in params.items() if key != LINEAGE_KEY}
     trial_id = tune.get_context().get_trial_id()
     run_dir = Path(spec.study_dir) / spec.stage / run_name(spec.stage, trial_id, params)
     done = checkpoints.finished_result(run_dir)

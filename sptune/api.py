@@ -1,0 +1,152 @@
+"""sptune from Python (a notebook): run or resume a study, read its results as pandas DataFrames.
+
+    import sptune
+    study = sptune.run_study("configs/listops_mini_transformer.yaml", ["optim.max_steps=300"], dir="runs/s1")
+    df = sptune.load_results(study)                  # one row per trial, every stage
+    sptune.load_history(df.run_dir[0])              # that trial's evals
+
+`sptune study` and `sptune resume` are run_study and resume_study with the same options. What a study
+prints (`output`): "progress" (default: a bar per phase, a line per finished trial, the table),
+"verbose" (also Ray Tune's tables and every trial's output), "quiet" (the table only). Whatever the
+choice, everything Ray and the trials print goes to <study>/study.log.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from sptune.errors import UserError
+
+OUTPUTS = ("progress", "verbose", "quiet")
+
+
+def default_dir(config: str | Path, smoke: bool = False) -> Path:
+    return Path("runs") / f"study-{Path(config).stem}{'-smoke' if smoke else ''}"
+
+
+def run_study(config: str | Path, overrides: Sequence[str] = (), dir: str | Path | None = None, *,
+              search_space: str | Path | None = None, smoke: bool = False, num_samples: int | None = None,
+              max_concurrent: int | None = None, workers: int | None = None, cpus_per_worker: float | None = None,
+              gpus_per_worker: float | None = None, asha: bool | None = None, sampler: str | None = None,
+              seed: int | None = None, max_failures: int = 2, train_path: str = "auto", logger: str = "tensorboard",
+              address: str | None = None, output: str = "progress") -> Path:
+    """Create a study (see `sptune study --help` for each option) and run it; returns its directory.
+
+    `config` is a YAML file, `overrides` section.field=value strings; `dir` defaults to
+    runs/study-<config name>. Raises UserError for a bad option, before any Ray work.
+    """
+    from sptune.tune import pipeline
+
+    if num_samples is not None and num_samples < 1:
+        raise UserError("--num-samples must be >= 1")
+    _check_output(output)
+    options = pipeline.Options(num_samples=num_samples, max_concurrent=max_concurrent, workers=workers,
+                               cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker, asha=asha,
+                               sampler=sampler, seed=seed, max_failures=max_failures, train_path=train_path,
+                               smoke=smoke, logger=logger)
+    state = pipeline.create(str(config), list(overrides), Path(dir) if dir else default_dir(config, smoke),
+                            str(search_space) if search_space else None, options)
+    header = [f"study {state['dir']}: search space {state['space']['path']}, up to "
+              f"{state['options']['num_samples']} trials per stage, {state['options']['max_concurrent']} at once",
+              pipeline.describe_path(state["options"])]
+    return _run(Path(state["dir"]), address, output, header)
+
+
+def resume_study(study_dir: str | Path, *, address: str | None = None, output: str = "progress",
+                 retry_failed: bool = False) -> Path:
+    """Continue a study whose driver stopped: finished trials are kept, unfinished ones continue;
+    `retry_failed` also reruns crashed trials of finished phases from their last checkpoint."""
+    from sptune.tune import pipeline
+
+    _check_output(output)
+    state = pipeline.load_state(study_dir)
+    done = [p for p, s in state["phases"].items() if s == "done"]
+    return _run(Path(state["dir"]), address, output,
+                [f"resuming {state['dir']}" + (f" (done: {', '.join(done)})" if done else "")], retry_failed)
+
+
+def _check_output(output: str) -> None:
+    if output not in OUTPUTS:
+        raise UserError(f"output={output!r}; choose one of: {', '.join(OUTPUTS)}")
+
+
+def _run(study_dir: Path, address: str | None, mode: str, header: list[str], retry_failed: bool = False) -> Path:
+    from sptune import output, results
+    from sptune.tune import pipeline, plots, search
+
+    log_path = study_dir / output.LOG_NAME
+    with output.captured(log_path, echo=mode == "verbose", show_trials=mode != "quiet") as console:
+        if mode != "quiet":
+            for line in header + [f"log: {log_path}   (Ray, Tune and every trial's output)"]:
+                console.line(line)
+        # Tune's tables always go to the log; the terminal gets them only when echoing (verbose).
+        rows = pipeline.run(study_dir, address=address, verbose=1, retry_failed=retry_failed)
+        console.line()
+        console.line(results.summary(study_dir, rows))
+        pngs = plots.write(study_dir)
+        console.line(f"Optuna: optuna-dashboard {study_dir / search.JOURNAL}   plots: "
+                     f"{study_dir / plots.PLOTS_DIR}/ ({len(pngs)} PNG)")
+        console.line(f"log: {log_path}")
+    return study_dir
+
+
+def report(study_dir: str | Path) -> tuple[str, list[Path]]:
+    """A study's summary table and its Optuna plots, from its run directories and journal (no training);
+    rewrites results.csv."""
+    from sptune import results
+    from sptune.tune import pipeline, plots
+
+    study_dir = Path(pipeline.load_state(study_dir)["dir"])
+    rows = results.collect(study_dir)
+    results.write_csv(rows, study_dir / results.CSV_NAME)
+    return results.summary(study_dir, rows), plots.write(study_dir)
+
+
+# ----------------------------------------------------------------------------- results as DataFrames
+def load_results(study_dir: str | Path):
+    """Every trial of a study as a pandas DataFrame, long format: one row per trial, all stages stacked
+    (`stage` column), the searched params as columns (`optim.lr`, ...), and two selection flags:
+
+        best_in_stage         the stage's best trial by validation metric (the one the table reports)
+        selected_pretraining  the pretraining trial that finetuning started from
+
+    Rows come from the trials' run directories (as results.csv does), so a running study can be read."""
+    import pandas as pd
+
+    from sptune import results
+    from sptune.tune import pipeline
+
+    state = pipeline.load_state(study_dir)
+    rows = results.collect(state["dir"])
+    frame = pd.DataFrame(rows, columns=_columns(rows))
+    frame["best_in_stage"] = frame["selected"].fillna(False).astype(bool)
+    selected = (state.get("selected") or {}).get("trial")
+    frame["selected_pretraining"] = (frame["stage"] == "pretrain") & (frame["trial_id"] == selected)
+    return frame.drop(columns="selected")
+
+
+def _columns(rows: list[dict[str, Any]]) -> list[str]:
+    from sptune import results
+
+    columns = results.COLUMNS[:2] + results.param_keys(rows) + results.COLUMNS[2:]
+    return columns + sorted({key for row in rows for key in row} - set(columns))
+
+
+def load_history(run_dir: str | Path):
+    """A run's evals as a pandas DataFrame (step, train_loss, val_loss, val_metric, lr, tokens_per_s):
+    from result.json when the run finished, else from last.pt (a run still going or interrupted)."""
+    import pandas as pd
+
+    from sptune import checkpoints
+
+    run_dir = Path(run_dir)
+    result = run_dir / checkpoints.RESULT
+    if result.is_file():
+        history = checkpoints.read_json(result)["history"]
+    elif (run_dir / checkpoints.LAST).is_file():
+        history = checkpoints.load(run_dir / checkpoints.LAST)["state"]["history"]
+    else:
+        raise UserError(f"{run_dir} has no {checkpoints.RESULT} or {checkpoints.LAST}: not a run directory "
+                        f"(or it has not reached its first eval)")
+    return pd.DataFrame(history)

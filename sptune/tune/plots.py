@@ -1,0 +1,72 @@
+"""Optuna's standard plots of each phase's search, as PNG, from the study's journal (search.JOURNAL):
+
+    plots/<phase>-history.png      optimization history (validation metric per trial, best so far)
+    plots/<phase>-importance.png   parameter importances (PED-ANOVA: numpy only), when >= 2 params vary
+    plots/<phase>-slice.png        the metric against each searched param
+
+Written at the end of `sptune study` / `resume` and by `sptune report <study dir>`.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
+import optuna  # noqa: E402
+from optuna.trial import TrialState  # noqa: E402
+from optuna.visualization import matplotlib as ovm  # noqa: E402
+
+from sptune.atomic import replacing  # noqa: E402
+from sptune.tune import search  # noqa: E402
+
+log = logging.getLogger("sptune.tune")
+
+PLOTS_DIR = "plots"
+PHASES = ("pretrain", "finetune", "scratch")
+
+
+def write(study_dir: str | Path) -> list[Path]:
+    """Every plot that the phases' finished trials allow; returns the PNG paths."""
+    study_dir = Path(study_dir)
+    journal = study_dir / search.JOURNAL
+    if not journal.is_file():
+        return []
+    storage = search.journal_storage(journal)
+    names = {s.study_name for s in storage.get_all_studies()}
+    paths = []
+    for phase in PHASES:
+        name = search.optuna_study_name(study_dir, phase)
+        if name not in names:
+            continue
+        study = optuna.load_study(study_name=name, storage=storage)
+        complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if not complete:
+            continue
+        varying = sorted(k for k in complete[0].params if len({repr(t.params.get(k)) for t in complete}) > 1)
+        figures = {"history": lambda: ovm.plot_optimization_history(study, target_name="validation metric"),
+                   "slice": lambda: ovm.plot_slice(study, params=varying or None, target_name="validation metric")}
+        if len(varying) >= 2:
+            figures["importance"] = lambda: ovm.plot_param_importances(
+                study, evaluator=optuna.importance.PedAnovaImportanceEvaluator(), params=varying)
+        for kind, draw in figures.items():
+            path = study_dir / PLOTS_DIR / f"{phase}-{kind}.png"
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # optuna.visualization.matplotlib is "experimental"
+                    axes = draw()
+            except (ValueError, RuntimeError) as exc:  # e.g. importances of trials that all scored the same
+                log.warning("no %s plot for %s: %s", kind, phase, exc)
+                continue
+            figure = (axes.flat[0] if hasattr(axes, "flat") else axes).figure
+            figure.suptitle(name, fontsize=9)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with replacing(path) as tmp:
+                figure.savefig(tmp, format="png", bbox_inches="tight")
+            plt.close(figure)
+            paths.append(path)
+    return paths
