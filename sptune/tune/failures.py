@@ -75,7 +75,8 @@ def make_outcomes_callback(spec: Any):
 
     class TrialOutcomes(Callback):
         def _run_dir(self, trial: Any) -> Path:
-            return Path(spec.study_dir) / spec.stage / trainable.run_name(spec.stage, trial.trial_id, trial.config)
+            params = trainable.searched(trial.config)
+            return Path(spec.study_dir) / spec.stage / trainable.run_name(spec.stage, trial.trial_id, params)
 
         def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             run_dir = self._run_dir(trial)
@@ -87,12 +88,14 @@ def make_outcomes_callback(spec: Any):
             checkpoints.write_json_atomic({"error": error, "error_file": trial.error_file,
                                            "failures": trial.run_metadata.num_failures}, run_dir / ERROR)
             metrics, step = stopped_metrics(run_dir)
-            trainable.write_hparams(run_dir, spec, trial.config, dict(metrics, status="failed"), step)
+            trainable.write_hparams(run_dir, spec, trainable.searched(trial.config), dict(metrics, status="failed"),
+                                    step)
 
         def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             run_dir = self._run_dir(trial)
             if (run_dir / trainable.TRIAL).is_file() and checkpoints.finished_result(run_dir) is None:
                 metrics, step = stopped_metrics(run_dir)
-                trainable.write_hparams(run_dir, spec, trial.config, dict(metrics, status="stopped"), step)
+                trainable.write_hparams(run_dir, spec, trainable.searched(trial.config),
+                                        dict(metrics, status="stopped"), step)
 
     return TrialOutcomes()

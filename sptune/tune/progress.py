@@ -15,7 +15,7 @@ from typing import Any
 from ray.tune import Callback
 
 from sptune import output
-from sptune.tune.trainable import LINEAGE_KEY
+from sptune.tune.trainable import searched
 
 
 # A trial's progress is the fraction of its own budget it trained (the `budget` each eval reports: epochs or
@@ -95,7 +95,7 @@ class PhaseProgress(Callback):
         if self._console is None:
             return
         params = " ".join(f"{k.rsplit('.', 1)[-1]}={v:g}" if isinstance(v, float) else f"{k.rsplit('.', 1)[-1]}={v}"
-                          for k, v in sorted(trial.config.items()) if k != LINEAGE_KEY)
+                          for k, v in sorted(searched(trial.config).items()))
         best = result.get("best_val")
         text = (f"{self.phase:8s} {len(self._ended)}/{self.trials}  {params}  {status}"
                 + (f", best val {best:.4f} at step {result.get('best_step')}"

@@ -97,6 +97,11 @@ def trial_config(spec: TrialSpec, params: dict[str, Any]) -> Config:
     return cfg
 
 
+def searched(config: dict[str, Any]) -> dict[str, Any]:
+    """A Tune trial's config without the lineage entry every trial shares: the searched params alone."""
+    return {key: value for key, value in config.items() if key != LINEAGE_KEY}
+
+
 def run_name(stage: str, trial_id: str, params: dict[str, Any]) -> str:
     """`pretrain-<trial id>-lr=0.001-batch_size=32`: the stage first, so TensorBoard tells runs apart."""
     short = "-".join(f"{key.rsplit('.', 1)[-1]}={value:g}" if isinstance(value, float)
@@ -108,7 +113,7 @@ def stage_trainable(params: dict[str, Any], spec: TrialSpec) -> None:
     """The Tune function trainable (wrapped with tune.with_parameters(..., spec=spec))."""
     from ray import tune
 
-    params = {key: value for key, value in params.items() if key != LINEAGE_KEY}
+    params = searched(params)
     trial_id = tune.get_context().get_trial_id()
     run_dir = Path(spec.study_dir) / spec.stage / run_name(spec.stage, trial_id, params)
     done = checkpoints.finished_result(run_dir)
