@@ -1,6 +1,7 @@
 """`sptune report <study dir>`: rebuild a study's table, CSVs and plots from its run directories.
 
     sptune report runs/studies/lra_table
+    sptune report runs/seeds-pathfinder_tiny_transformer     # a `sptune study --seeds` directory
 
 Nothing is trained: the report reads plan.json and every cell's result files (a study script
 writes the same report at its end; this regenerates it, e.g. after a resume or a change of layout).
@@ -16,11 +17,19 @@ def register(subparsers) -> None:
         "report", help="rebuild a study's table.md, results.csv and PNG plots from its runs (no training)",
         description="Rebuild table.md, results.csv, summary.csv and the PNG plots of a study directory "
                     "written by a script in studies/.")
-    report.add_argument("study_dir", help="the study directory (holds plan.json)")
+    report.add_argument("study_dir", help="the study directory (holds plan.json, or seeds.json for "
+                                          "`sptune study --seeds`)")
     report.set_defaults(func=cmd_report)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from sptune import seeds
+
+    if seeds.is_seeds_dir(args.study_dir):  # `sptune study --seeds ...`: the paired summary and its plot
+        out = seeds.report(args.study_dir)
+        print(out["text"])
+        print(f"table: {out['table']}\nper seed: {out['csv']}\nplot:  {out['plot']}")
+        return 0
     from sptune.studies import report
 
     paths = report.write(args.study_dir)

@@ -4,6 +4,7 @@
     sptune study configs/listops_mini_transformer.yaml --smoke --dir /tmp/smoke
     sptune resume runs/study-listops_mini_transformer                   # after Ctrl-C / a killed driver
     sptune results runs/study-listops_mini_transformer                  # table + results.csv
+    sptune study configs/pathfinder_tiny_transformer.yaml --seeds 0 1 2 3 4   # one study per seed + paired CI
 
 Exit codes: 0 when every stage has a completed trial, 1 otherwise, 2 for usage errors, 130 on Ctrl-C.
 """
@@ -38,6 +39,10 @@ def register(subparsers) -> None:
     study.add_argument("--sampler", choices=("auto", "brute", "tpe"),
                        help="Optuna sampler (auto: brute force for categorical grids, TPE otherwise)")
     study.add_argument("--seed", type=int, help="sampler seed")
+    study.add_argument("--seeds", nargs="+", metavar="S",
+                       help="run the study once per seed (run.seed=S, one study directory per seed under --dir, "
+                            "default runs/seeds-<config name>) and report the mean paired SPT - scratch gain with "
+                            "its 95%% Student-t interval")
     study.add_argument("--max-failures", type=int, default=2, help="retries of a crashed trial (from its checkpoint)")
     study.add_argument("--train-path", choices=("auto", "direct", "train"), default="auto",
                        help="direct: run in the Tune trial; train: Ray Train TorchTrainer (auto: direct for one "
@@ -62,7 +67,8 @@ def register(subparsers) -> None:
 def cmd_study(args: argparse.Namespace) -> int:
     from sptune.tune import pipeline
 
-    study_dir = Path(args.dir or Path("runs") / f"study-{Path(args.config).stem}{'-smoke' if args.smoke else ''}")
+    prefix = "seeds" if args.seeds else "study"
+    study_dir = Path(args.dir or Path("runs") / f"{prefix}-{Path(args.config).stem}{'-smoke' if args.smoke else ''}")
     options = pipeline.Options(
         num_samples=args.num_samples, max_concurrent=args.max_concurrent, workers=args.workers,
         cpus_per_worker=args.cpus_per_worker, gpus_per_worker=args.gpus_per_worker, asha=args.asha,
@@ -70,6 +76,13 @@ def cmd_study(args: argparse.Namespace) -> int:
         smoke=args.smoke)
     if args.num_samples is not None and args.num_samples < 1:
         raise UserError("--num-samples must be >= 1")
+    if args.seeds:
+        from sptune.tune import seeds as multi
+
+        spec = multi.create(args.config, args.overrides, study_dir, args.seeds, args.search_space, options)
+        print(f"multi-seed study {study_dir.resolve()}: seeds {' '.join(map(str, spec['seeds']))}, one study "
+              f"directory per seed (seed-<s>/)")
+        return _run_seeds(study_dir, args.address, args.quiet)
     state = pipeline.create(args.config, args.overrides, study_dir, args.search_space, options)
     print(f"study {state['dir']}: search space {state['space']['path']}, up to {state['options']['num_samples']} "
           f"trials per stage, {state['options']['max_concurrent']} at once")
@@ -78,8 +91,12 @@ def cmd_study(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    from sptune import seeds
     from sptune.tune import pipeline
 
+    if seeds.is_seeds_dir(args.study_dir):
+        print(f"resuming the multi-seed study {Path(args.study_dir).resolve()}")
+        return _run_seeds(Path(args.study_dir), args.address, args.quiet)
     state = pipeline.load_state(args.study_dir)
     done = [p for p, s in state["phases"].items() if s == "done"]
     print(f"resuming {state['dir']}" + (f" (done: {', '.join(done)})" if done else ""))
@@ -100,10 +117,34 @@ def _run(pipeline, study_dir: Path, address: str | None, quiet: bool) -> int:
     return 0 if all(results.best_row(rows, s) for s in results.STAGES) else 1
 
 
+def _run_seeds(parent: Path, address: str | None, quiet: bool) -> int:
+    from sptune.tune import seeds as multi
+
+    try:
+        out = multi.run(parent, address=address, verbose=0 if quiet else 1,
+                        on_phase=lambda seed, phase: print(f"--- seed {seed}: {phase} search", flush=True))
+    except KeyboardInterrupt:
+        print(f"sptune: interrupted; continue with `sptune resume {parent}`", file=sys.stderr)
+        return 130
+    print()
+    print(out["text"])
+    print(f"table {out['table']}, per seed {out['csv']}, plot {out['plot']}")
+    return 0 if out["paired"] is not None and out["paired"].n == len(out_seeds(parent)) else 1
+
+
+def out_seeds(parent: Path) -> list[int]:
+    from sptune import checkpoints, seeds
+
+    return checkpoints.read_json(parent / seeds.SEEDS_FILE)["seeds"]
+
+
 def cmd_results(args: argparse.Namespace) -> int:
-    from sptune import results
+    from sptune import results, seeds
 
     study_dir = Path(args.study_dir)
+    if seeds.is_seeds_dir(study_dir):
+        print(seeds.report(study_dir)["text"])
+        return 0
     if not (study_dir / results.STUDY_FILE).is_file():
         raise UserError(f"{study_dir} is not a study directory (no {results.STUDY_FILE})")
     rows = results.collect(study_dir)
