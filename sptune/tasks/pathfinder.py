@@ -79,7 +79,7 @@ STYLES = {
     # 16 px is not an LRA resolution (sptune's addition, for a CPU-sized Transformer: 256 tokens): the
     # 32 px strokes (dash 2, width 0.5, gap 1) on a quarter of the area, so the marker radius, the seed
     # distance and the distractor budget are scaled down (radius 1, 4 px, 20 / 4).
-    16: Style(2, 0.5, (1,), 1.0, 4, 1.0, 1.5, 5),
+    16: Style(2, 1.0, (1,), 1.0, 4, 1.0, 0.6, 5),
     32: Style(2, 0.5, (1,), 1.5, 7, 1.0, 1.5, 20),
     64: Style(5, 1.0, (1,), 2.5, 12, 1.8, 0.8, 22),
     128: Style(5, 1.5, (2, 3), 3.0, 20, 1.8, 0.9, 35),
@@ -549,6 +549,8 @@ def load_generated(task: Task, data_dir: Path, seed: int) -> dict[str, Split]:
     sizes = (x["num_train"], x["num_val"], x["num_test"])
     settings = {"resolution": x["resolution"], "contour_length": x["contour_length"], "seed": x["seed"],
                 "sizes": sizes, "version": GENERATOR_VERSION}
+    if x["resolution"] == 16:  # not an LRA style: key its drawing settings, so an edit regenerates the data
+        settings["style"] = [*STYLES[16].__dict__.values()]
     path = data_dir / f"{hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]}.pt"
     if path.exists():
         data = torch.load(path, weights_only=True)
