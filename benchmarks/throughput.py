@@ -6,9 +6,9 @@
 For each (model, L): training tokens/s (forward + backward + AdamW step), peak memory of the
 process that ran it (each point runs in its own subprocess, so peaks do not mix), and achieved
 FLOP/s as a fraction of a dense matmul peak measured in the same run on the same device.
-FLOPs are counted by torch.utils.flop_counter (matmuls, attention); the FFT convolutions of the
-SSMs are not counted by it, so their fraction is a lower bound. Transformers at L >= 16K use
-block-local attention with blocks of 4096, as the paper does (§2).
+FLOPs are those of sptune.flops: torch.utils.flop_counter on the real step (matmuls, attention,
+FFTs) plus the SSM kernel generation priced analytically (forward + backward). Transformers at
+L >= 16K use block-local attention with blocks of 4096, as the paper does (§2).
 """
 
 from __future__ import annotations
@@ -41,9 +41,7 @@ def sync(device: torch.device) -> None:
 
 
 def one_point(model_name: str, L: int, steps: int, d_model: int, n_layers: int, batch: int, device: str) -> dict:
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from sptune import config
+    from sptune import config, flops as flop_count
     from sptune.build import build_backbone
     from sptune.tasks.base import Task
 
@@ -67,9 +65,7 @@ def one_point(model_name: str, L: int, steps: int, d_model: int, n_layers: int, 
         opt.zero_grad(set_to_none=True)
 
     step()  # warm-up (kernels, allocator)
-    with FlopCounterMode(display=False) as counter:
-        step()
-    flops = counter.get_total_flops()
+    flops = flop_count.count(step) + (1 + flop_count.BACKWARD_FACTOR) * flop_count.kernel_flops(model, L)
     sync(dev)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats()

@@ -1,7 +1,7 @@
 """`sptune` command line: pretrain, finetune, scratch, compare, data.
 
     sptune pretrain configs/listops_mini_transformer.yaml optim.lr=1e-3
-    sptune finetune configs/listops_mini_transformer.yaml --from runs/pretrain-listops-mini-transformer-s0
+    sptune finetune configs/listops_mini_transformer.yaml --from runs/pretrain-listops-mini-transformer-s0-845c8a
     sptune scratch  configs/listops_mini_transformer.yaml
     sptune compare  configs/listops_mini_transformer.yaml      # scratch vs SPT side by side
     sptune compare  configs/pathfinder_tiny_transformer.yaml --seeds 0 1 2   # per seed + paired gain, 95% CI
@@ -29,8 +29,10 @@ def _print_result(result: dict[str, Any]) -> None:
     if result["status"] != "completed":
         print(f"{result['stage']} FAILED: {result['reason']} (run dir {result['run_dir']})")
         return
-    print(f"{result['stage']} done: best val {result['metric']} {result['best_val']:.4f} at step "
-          f"{result['best_step']}, test {result['test_metric']:.4f} -> {result['run_dir']}")
+    print(f"{result['stage']} done: best val {result['metric']} {result['best_val']:.4f} (val loss "
+          f"{result['best_val_loss']:.4f}) at step {result['best_step']}, test {result['test_metric']:.4f}; "
+          f"{result['device_seconds']:.0f} device-s, {result['train_flops'] + result['eval_flops']:.3g} FLOPs "
+          f"-> {result['run_dir']}")
 
 
 def cmd_stage(args: argparse.Namespace) -> int:
@@ -38,9 +40,9 @@ def cmd_stage(args: argparse.Namespace) -> int:
 
     cfg = _config(args, args.command)
     if args.command == "finetune":
-        result = train.finetune(cfg, args.from_run)
+        result = train.finetune(cfg, args.from_run, restart=args.restart)
     else:
-        result = getattr(train, args.command)(cfg)
+        result = getattr(train, args.command)(cfg, restart=args.restart)
     _print_result(result)
     return 0 if result["status"] == "completed" else 1
 
@@ -59,11 +61,11 @@ def compare_once(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
     results = {}
     scratch_cfg = _config(args, "scratch")
-    results["scratch"] = train.scratch(scratch_cfg)
-    pre = train.pretrain(_config(args, "pretrain"))
+    results["scratch"] = train.scratch(scratch_cfg, restart=args.restart)
+    pre = train.pretrain(_config(args, "pretrain"), restart=args.restart)
     results["pretrain"] = pre
     if pre["status"] == "completed":
-        results["finetune"] = train.finetune(_config(args, "finetune"), pre["run_dir"])
+        results["finetune"] = train.finetune(_config(args, "finetune"), pre["run_dir"], restart=args.restart)
     return results
 
 
@@ -112,18 +114,22 @@ def compare_table(results: dict[str, dict[str, Any]]) -> str:
              f"metric {metric}",
              f"pretraining: {pre['steps']} steps, best val {pre['metric']} "
              + (f"{pre['best_val']:.4f}" if pre.get("best_val") is not None else "n/a")
-             + f" ({pre['status']}, {pre['train_seconds']:.0f} s)",
+             + f" ({pre['status']}, {pre['device_seconds']:.0f} device-s)",
              "",
-             f"{'':28s} {'val (best)':>10s} {'test':>8s} {'steps':>7s} {'seconds':>8s}"]
+             f"{'':28s} {'val (best)':>10s} {'val loss':>8s} {'test':>8s} {'steps':>7s} {'device-s':>8s} {'FLOPs':>9s}"]
     for name, r in rows:
         if r["status"] != "completed":
             lines.append(f"{name:28s} FAILED: {r['reason']}")
             continue
-        seconds = r["train_seconds"] + (pre["train_seconds"] if name.startswith("SPT") else 0.0)
-        lines.append(f"{name:28s} {r['best_val']:10.4f} {r['test_metric']:8.4f} {r['steps']:7d} {seconds:8.0f}")
+        runs = [r, pre] if name.startswith("SPT") else [r]  # SPT's cost includes its pretraining
+        seconds = sum(x["device_seconds"] for x in runs)
+        flops = sum(x["train_flops"] + x["eval_flops"] for x in runs)
+        lines.append(f"{name:28s} {r['best_val']:10.4f} {r['best_val_loss']:8.4f} {r['test_metric']:8.4f} "
+                     f"{r['steps']:7d} {seconds:8.0f} {flops:9.3g}")
     if "finetune" in results and results["finetune"]["status"] == "completed" and scratch["status"] == "completed":
         gain = results["finetune"]["test_metric"] - scratch["test_metric"]
-        lines.append(f"\nSPT - scratch (test {metric}): {gain:+.4f}   (SPT seconds include pretraining)")
+        lines.append(f"\nSPT - scratch (test {metric}): {gain:+.4f}   "
+                     f"(SPT device-seconds and FLOPs include pretraining)")
     return "\n".join(lines)
 
 
@@ -141,6 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("overrides", nargs="*", help="section.field=value, e.g. optim.lr=5e-4 model.name=s4")
         if name == "finetune":
             p.add_argument("--from", dest="from_run", required=True, help="pretraining run directory")
+        p.add_argument("--restart", action="store_true",
+                       help="start the run over: deletes last.pt, best.pt, result.json and tb/ of this config's run "
+                            "directory (that directory only, and only because you asked) and trains from step 0; "
+                            "needed to reuse a run.name that holds another config or a damaged checkpoint"
+                            + ("; applies to all three runs" if name == "compare" else ""))
         if name == "compare":
             p.add_argument("--seeds", nargs="+", metavar="S",
                            help="compare once per seed (run.seed=S) and report the mean paired SPT - scratch "

@@ -48,7 +48,11 @@ class ModelConfig:
     # SSMs (S4 / S4D / DLR)
     d_state: int = 64  # full state size N (S4 stores N/2 conjugate pairs); DLR default 1024
     ssm_init: str = "structured"  # "structured" | "random" (normal, std 0.1: Appendix C.1.3)
-    ssm_lr: float = 1e-3  # SSM parameters get their own lr and no weight decay (Gu et al. 2022a)
+    ssm_lr: float = 1e-3  # SSM parameters get their own lr and no weight decay (Gu et al. 2022a); DLR 1e-4
+    # Timescale range of the SSM init, dt log-uniform in [dt_min, dt_max]: state-spaces/s4 default; PathX uses
+    # dt_min 1e-4 (s4-lra-pathx.yaml), DLR 1e-4 (ag1988/dlr configs/model/layer/dlr.yaml).
+    dt_min: float = 1e-3
+    dt_max: float = 1e-1
     kernel_backend: str = "auto"  # "auto" | "keops" | "torch"
 
 
@@ -112,6 +116,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "run.precision": ("fp32", "bf16"),
 }
 POSITIVE = ("model.d_model", "model.n_layers", "model.n_heads", "model.block_size", "model.d_state",
+            "model.dt_min", "model.dt_max",
             "optim.lr", "optim.batch_size", "optim.max_steps", "optim.eval_every")
 NON_NEGATIVE = ("model.d_ff", "model.dropout", "optim.weight_decay", "optim.warmup_steps", "optim.epochs",
                 "optim.grad_clip", "task.max_val_examples", "task.max_test_examples", "model.ssm_lr")
@@ -218,7 +223,9 @@ def load(path: str | os.PathLike | None = None, overrides: list[str] | None = No
         raise UserError(f"config 'stages' must map some of {', '.join(STAGE_NAMES)} to config sections")
     if stage is not None:
         data = merge(data, stages.get(stage) or {})
-    return from_dict(merge(data, parse_overrides(overrides or [], stage)))
+    cfg = from_dict(merge(data, parse_overrides(overrides or [], stage)))
+    check_causal_norm(cfg, stage)  # causal SPT: the pretraining stage's model will be causal
+    return cfg
 
 
 def read_yaml(path: Path, what: str, fix: str) -> Any:
@@ -254,10 +261,24 @@ def validate(cfg: Config) -> None:
     ratio = cfg.objective.mask_ratio
     if ratio != -1.0 and not 0.0 < ratio < 1.0:
         raise UserError(f"objective.mask_ratio={ratio} must be in (0, 1), or -1 for the task's default")
+    if cfg.model.dt_min >= cfg.model.dt_max:
+        raise UserError(f"model.dt_min={cfg.model.dt_min} must be below model.dt_max={cfg.model.dt_max}")
     if cfg.model.dropout >= 1.0:
         raise UserError(f"model.dropout={cfg.model.dropout} must be < 1")
     if cfg.model.d_model % cfg.model.n_heads and cfg.model.name == "transformer":
         raise UserError(f"model.d_model={cfg.model.d_model} must be divisible by model.n_heads={cfg.model.n_heads}")
+    check_causal_norm(cfg)
+
+
+def check_causal_norm(cfg: Config, stage: str | None = None) -> None:
+    """A causal model (model.causal, or causal SPT, which makes the pretrained model causal, §2) must not
+    use BatchNorm: in training mode its statistics over the whole sequence carry the future into every
+    position. Checked at load (with the stage when known) and again when train.resolve sets causality."""
+    causal = cfg.model.causal or (stage == "pretrain" and cfg.objective.kind == "causal")
+    if causal and cfg.model.norm == "batch":
+        what = "model.causal=true" if cfg.model.causal else "objective.kind=causal pretraining"
+        raise UserError(f"{what} with model.norm=batch: model.norm=batch mixes positions across the sequence, "
+                        f"so a causal model would see the future; use model.norm=layer")
 
 
 def dump(cfg: Config, path: str | os.PathLike) -> None:

@@ -10,11 +10,15 @@ Finetuning metrics (accuracy, R²) live here too, as streaming accumulators over
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
 from sptune.tasks.base import MASK_ID
+
+# (rows, L) -> (rows, L) uniforms in [0, 1) on the CPU (sptune.data.step_draw / example_draw)
+MaskDraw = Callable[[int, int], torch.Tensor]
 
 
 @dataclass
@@ -28,10 +32,10 @@ def valid_positions(lengths: torch.Tensor, L: int) -> torch.Tensor:
     return torch.arange(L, device=lengths.device)[None, :] < lengths[:, None]  # (B, L)
 
 
-def masked_denoising(x: torch.Tensor, lengths: torch.Tensor, ratio: float, generator: torch.Generator) -> Denoising:
+def masked_denoising(x: torch.Tensor, lengths: torch.Tensor, ratio: float, draw: MaskDraw) -> Denoising:
     B, L = x.shape[:2]
-    draw = torch.rand(B, L, generator=generator, device="cpu").to(x.device)  # (B, L)
-    mask = (draw < ratio) & valid_positions(lengths, L)  # (B, L)
+    uniform = draw(B, L).to(x.device)  # (B, L)
+    mask = (uniform < ratio) & valid_positions(lengths, L)  # (B, L)
     if x.dtype == torch.long:
         inputs = x.masked_fill(mask, MASK_ID)  # (B, L)
     else:
@@ -47,14 +51,16 @@ def causal_denoising(x: torch.Tensor, lengths: torch.Tensor) -> Denoising:
     return Denoising(x, targets, loss_mask)
 
 
-def denoising_loss(pred: torch.Tensor, d: Denoising, loss: str) -> torch.Tensor:
-    """Mean CE (pred (B, L, V)) or L1 (pred (B, L, C)) over the loss positions only."""
+def denoising_loss(pred: torch.Tensor, d: Denoising, loss: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean CE (pred (B, L, V)) or L1 (pred (B, L, C)) over the loss positions only, and how many terms
+    that mean averages (masked tokens; x C channels for L1), so an eval pass can sum means x terms."""
     sel = d.loss_mask
     if not sel.any():
-        return pred.sum() * 0.0  # keeps the graph; a batch with nothing masked teaches nothing
+        return pred.sum() * 0.0, sel.sum()  # keeps the graph; a batch with nothing masked teaches nothing
     if loss == "ce":
-        return F.cross_entropy(pred[sel], d.targets[sel])
-    return F.l1_loss(pred[sel], d.targets[sel].to(pred.dtype))
+        return F.cross_entropy(pred[sel], d.targets[sel]), sel.sum()
+    target = d.targets[sel].to(pred.dtype)  # (M, C)
+    return F.l1_loss(pred[sel], target), sel.sum() * target.shape[-1]
 
 
 class Metric:

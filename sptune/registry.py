@@ -33,7 +33,8 @@ def _s4(mode: str) -> Callable[[ModelConfig, bool], nn.Module]:
         from sptune.models.s4 import S4Layer
 
         return S4Layer(cfg.d_model, d_state=cfg.d_state, mode=mode, bidirectional=not causal, init=cfg.ssm_init,
-                       ssm_lr=cfg.ssm_lr, dropout=cfg.dropout, backend=cfg.kernel_backend)
+                       dt_min=cfg.dt_min, dt_max=cfg.dt_max, ssm_lr=cfg.ssm_lr, dropout=cfg.dropout,
+                       backend=cfg.kernel_backend)
 
     return build
 
@@ -42,7 +43,7 @@ def _dlr(cfg: ModelConfig, causal: bool) -> nn.Module:
     from sptune.models.dlr import DLRLayer
 
     return DLRLayer(cfg.d_model, d_state=cfg.d_state, bidirectional=not causal, init=cfg.ssm_init,
-                    ssm_lr=cfg.ssm_lr, dropout=cfg.dropout)
+                    dt_min=cfg.dt_min, dt_max=cfg.dt_max, ssm_lr=cfg.ssm_lr, dropout=cfg.dropout)
 
 
 # name -> build(model_config, causal) -> nn.Module mapping (B, L, D) -> (B, L, D)

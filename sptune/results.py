@@ -6,9 +6,13 @@ of a resumed errored trial), while every run directory says exactly what it ran 
 
     sptune results <study dir>      # rewrites <study dir>/results.csv and prints the summary
 
-Selection rule (Appendix C.1): in each stage the trial with the best validation metric wins, and
-its test metric is the one measured at that trial's best-validation checkpoint; finetuning starts
-from the selected pretraining trial's best checkpoint.
+Selection rule (Appendix C.1): in each stage the trial with the best validation metric wins, a tie
+broken by the lower validation loss (sptune.selection, the rule that also picks each run's best
+checkpoint), and its test metric is the one measured at that trial's best-validation checkpoint;
+finetuning starts from the selected pretraining trial's best checkpoint.
+
+Cost columns: device_seconds = (train_seconds + eval_seconds) x devices; train_flops / eval_flops are
+the FLOPs counted on the model as it runs (sptune.flops).
 """
 
 from __future__ import annotations
@@ -19,19 +23,24 @@ import math
 from pathlib import Path
 from typing import Any
 
-from sptune import checkpoints
+from sptune import checkpoints, selection
 from sptune.atomic import write_text as write_text_atomic
 
 STAGES = ("pretrain", "finetune", "scratch")
 CSV_NAME = "results.csv"
 STUDY_FILE = "study.json"
-RULE = ("selection: per stage, the trial with the best validation metric; its test metric is measured at "
-        "that trial's best-validation checkpoint; finetuning starts from the selected pretraining trial's "
-        "best checkpoint")
-COLUMNS = ["stage", "trial_id", "status", "reason", "metric", "best_val", "best_step", "final_val", "test_metric",
-           "steps", "train_seconds", "wall_seconds", "devices", "device_seconds", "flops_estimate", "n_params",
-           "path", "attempts", "start_steps", "node_id", "hostname", "pid", "init_trial", "init_step",
-           "init_checkpoint", "selected", "run_dir"]
+RULE = ("selection: per stage, the trial with the best validation metric (a tie, i.e. the same number of correct "
+        "targets or an equal R², broken by the lower validation loss); its test metric is measured at that trial's "
+        "best-validation checkpoint (chosen by the same rule); finetuning starts from the selected pretraining "
+        "trial's best checkpoint")
+# What a finished run's result.json contributes to its row (sptune.train.finish writes them).
+RESULT_KEYS = ("status", "reason", "metric", "best_val", "best_val_loss", "val_targets", "best_step", "final_val",
+               "test_metric", "steps", "train_seconds", "eval_seconds", "train_flops", "eval_flops", "n_params")
+COLUMNS = ["stage", "trial_id", "status", "reason", "metric", "best_val", "best_val_loss", "val_targets",
+           "best_step", "final_val", "test_metric", "steps", "train_seconds", "eval_seconds", "wall_seconds",
+           "devices", "device_seconds", "train_flops", "eval_flops", "n_params", "path", "attempts", "start_steps",
+           "node_id", "hostname", "pid", "init_trial", "init_step", "init_checkpoint", "selected", "selected_by",
+           "run_dir"]
 
 
 def study_state(study_dir: Path) -> dict[str, Any]:
@@ -52,9 +61,9 @@ def collect(study_dir: str | Path) -> list[dict[str, Any]]:
         for run_dir in sorted(p for p in stage_dir.iterdir() if (p / "trial.json").is_file()):
             rows.append(trial_row(run_dir, phase_done))
     for stage in STAGES:
-        best = best_row(rows, stage)
+        best, how = best_row(rows, stage)
         if best is not None:
-            best["selected"] = True
+            best["selected"], best["selected_by"] = True, how
     return rows
 
 
@@ -75,17 +84,24 @@ def trial_row(run_dir: Path, phase_done: bool) -> dict[str, Any]:
         **{key: value for key, value in trial["params"].items()},
     }
     if result is not None:
-        row.update({key: result.get(key) for key in ("status", "reason", "metric", "best_val", "best_step", "final_val",
-                                                     "test_metric", "steps", "train_seconds", "flops_estimate",
-                                                     "n_params")})
+        row.update({key: result.get(key) for key in RESULT_KEYS})
     else:
-        # Stopped early (ASHA) or still to be resumed: the latest eval is all there is.
-        row.update(status="stopped" if phase_done else "unfinished", best_val=progress.get("best_val"),
-                   best_step=progress.get("best_step"), final_val=progress.get("val_metric"),
-                   steps=progress.get("step"))
-    if row.get("wall_seconds") is not None:
-        row["device_seconds"] = row["wall_seconds"] * row["devices"]
+        # Crashed after its last retry (Tune's error, sptune.tune.failures), stopped early (ASHA) or
+        # still to be resumed: the latest eval is all there is.
+        error = checkpoints.read_json(run_dir / "error.json") if (run_dir / "error.json").is_file() else None
+        row.update(status="failed" if error else "stopped" if phase_done else "unfinished",
+                   reason=error["error"] if error else None, best_val=progress.get("best_val"),
+                   best_val_loss=progress.get("best_val_loss"), best_step=progress.get("best_step"),
+                   final_val=progress.get("val_metric"), steps=progress.get("step"),
+                   train_seconds=progress.get("train_seconds"), eval_seconds=progress.get("eval_seconds"))
+    if row.get("train_seconds") is not None:
+        row["device_seconds"] = device_seconds(row)
     return row
+
+
+def device_seconds(row: dict[str, Any]) -> float:
+    """Training + evaluation seconds x the devices the trial held (a fractional GPU counts whole)."""
+    return (row["train_seconds"] + (row.get("eval_seconds") or 0.0)) * (row.get("devices") or 1)
 
 
 def param_keys(rows: list[dict[str, Any]]) -> list[str]:
@@ -96,9 +112,12 @@ def param_keys(rows: list[dict[str, Any]]) -> list[str]:
     return sorted(keys)
 
 
-def best_row(rows: list[dict[str, Any]], stage: str) -> dict[str, Any] | None:
+def best_row(rows: list[dict[str, Any]], stage: str) -> tuple[dict[str, Any] | None, str]:
+    """The selected trial of a stage among its completed ones, and what selected it (sptune.selection)."""
     done = [r for r in rows if r["stage"] == stage and r.get("status") == "completed" and _num(r.get("best_val"))]
-    return max(done, key=lambda r: r["best_val"], default=None)
+    # Trials of a stage share the validation set; the smallest resolution is the safe one if they did not.
+    tol = min((selection.tolerance(r["metric"], r.get("val_targets")) for r in done), default=0.0)
+    return selection.select(done, lambda r: (r["best_val"], r.get("best_val_loss")), tol)
 
 
 def _num(value: Any) -> bool:
@@ -128,7 +147,8 @@ def summary(study_dir: str | Path, rows: list[dict[str, Any]] | None = None) -> 
              RULE, ""]
     header = (f"{'stage':9s} {'trials':>6s} {'ok':>3s} {'fail':>4s} {'stop':>4s}  {'best trial':30s} "
               + " ".join(f"{k.rsplit('.', 1)[-1]:>10s}" for k in keys)
-              + f" {'metric':>17s} {'val(best)':>9s} {'@step':>6s} {'test':>7s} {'wall s':>7s} {'stage dev-s':>11s}")
+              + f" {'metric':>17s} {'val(best)':>9s} {'val loss':>8s} {'@step':>6s} {'test':>7s} {'wall s':>7s}"
+              f" {'stage dev-s':>11s} {'stage FLOPs':>11s}  selected by")
     lines.append(header)
     for stage in STAGES:
         mine = [r for r in rows if r["stage"] == stage]
@@ -138,42 +158,57 @@ def summary(study_dir: str | Path, rows: list[dict[str, Any]] | None = None) -> 
             continue
         counts = [sum(r.get("status") == s for r in mine) for s in ("completed", "failed")]
         stopped = len(mine) - sum(counts)
-        best = best_row(rows, stage)
+        best, how = best_row(rows, stage)
         stage_cost = sum(r.get("device_seconds") or 0.0 for r in mine)  # every trial of the stage
         if best is None:
             lines.append(f"{stage:9s} {len(mine):6d} {counts[0]:3d} {counts[1]:4d} {stopped:4d}  (no completed trial)")
             continue
         lines.append(f"{stage:9s} {len(mine):6d} {counts[0]:3d} {counts[1]:4d} {stopped:4d}  {best['trial_id']:30s} "
                      + " ".join(f"{_fmt(best.get(k)):>10s}" for k in keys)
-                     + f" {best['metric']:>17s} {best['best_val']:9.4f} {best['best_step']:6d} "
-                     f"{best['test_metric']:7.4f} {best['wall_seconds'] or 0:7.0f} {stage_cost:11.0f}")
+                     + f" {best['metric']:>17s} {best['best_val']:9.4f} {_loss(best.get('best_val_loss')):>8s} "
+                     f"{best['best_step']:6d} {best['test_metric']:7.4f} {best['wall_seconds'] or 0:7.0f} "
+                     f"{stage_cost:11.0f} {stage_flops(rows, stage):11.3g}  {how}")
     lines += _comparison(rows, state)
     failed = [r for r in rows if r.get("status") == "failed"]
     for r in failed:
         lines.append(f"failed: {r['stage']} {r['trial_id']}: {r.get('reason')}")
-    lines += ["", "wall s: the best trial's wall time; stage dev-s: device-seconds of all the stage's trials",
+    lines += ["", "wall s: the best trial's wall time; stage dev-s / FLOPs: device-seconds (training + evaluation) / "
+                  "training + evaluation FLOPs of all the stage's trials",
               f"all trials ({len(rows)}): {study_dir / CSV_NAME}",
               f"TensorBoard: tensorboard --logdir {study_dir}   (runs are named <stage>/<stage>-<trial>-<params>)"]
     return "\n".join(lines)
 
 
+def stage_flops(rows: list[dict[str, Any]], stage: str) -> float:
+    """Training + evaluation FLOPs of every trial of a stage that has a result."""
+    return sum((r.get("train_flops") or 0.0) + (r.get("eval_flops") or 0.0) for r in rows if r["stage"] == stage)
+
+
 def _comparison(rows: list[dict[str, Any]], state: dict[str, Any]) -> list[str]:
-    scratch, finetune = best_row(rows, "scratch"), best_row(rows, "finetune")
+    scratch, finetune = best_row(rows, "scratch")[0], best_row(rows, "finetune")[0]
     selected = state.get("selected")
     lines = [""]
     if selected:
+        how = selected.get("selected_by", selection.BY_METRIC)  # studies selected before tie-breaks: the metric
         lines.append(f"finetuning started from pretraining trial {selected['trial']} at its best checkpoint "
-                     f"(step {selected['step']}, val {selected['best_val']:.4f})")
+                     f"(step {selected['step']}, val {selected['best_val']:.4f}, val loss "
+                     f"{_loss(selected.get('best_val_loss'))}; selected by {how})")
     if scratch is None or finetune is None:
         return lines
     pre_cost = sum(r.get("device_seconds") or 0.0 for r in rows if r["stage"] == "pretrain")
     ft_cost = sum(r.get("device_seconds") or 0.0 for r in rows if r["stage"] == "finetune")
     sc_cost = sum(r.get("device_seconds") or 0.0 for r in rows if r["stage"] == "scratch")
+    spt_flops = stage_flops(rows, "pretrain") + stage_flops(rows, "finetune")
     gain = finetune["test_metric"] - scratch["test_metric"]
     lines.append(f"SPT (pretrain -> finetune) vs scratch, test {scratch['metric']}: {finetune['test_metric']:.4f} vs "
                  f"{scratch['test_metric']:.4f} ({gain:+.4f}); search cost {pre_cost + ft_cost:.0f} vs "
-                 f"{sc_cost:.0f} device-seconds (SPT includes every pretraining trial)")
+                 f"{sc_cost:.0f} device-seconds, {spt_flops:.3g} vs {stage_flops(rows, 'scratch'):.3g} FLOPs "
+                 f"(SPT includes every pretraining trial)")
     return lines
+
+
+def _loss(value: float | None) -> str:
+    return "—" if value is None else f"{value:.4f}"
 
 
 def _fmt(value: Any) -> str:

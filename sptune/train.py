@@ -11,8 +11,10 @@ train loop (with periodic eval + checkpoints), test at the best checkpoint, resu
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import math
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -20,37 +22,52 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from sptune import checkpoints
+from sptune import checkpoints, fingerprint, flops, selection
 from sptune.build import build_pretrain_model, build_task_model, count_parameters
-from sptune.config import Config, dump
+from sptune.config import Config, ModelConfig, check_causal_norm, dump
 from sptune.config import load as load_config
-from sptune.data import batch, eval_batches, step_generator, steps_per_epoch, train_batch_index, train_fraction
+from sptune.data import batch, eval_batches, example_draw, step_draw, steps_per_epoch, train_batch_index, train_fraction
 from sptune.errors import UserError
 from sptune.models.backbone import SequenceModel, drop_mask_channel
-from sptune.objectives import Denoising, Metric, causal_denoising, denoising_loss, masked_denoising
+from sptune.objectives import Denoising, MaskDraw, Metric, causal_denoising, denoising_loss, masked_denoising
 from sptune.registry import get_task
 from sptune.tasks.base import Split, Task
 
 log = logging.getLogger("sptune.train")
 
 STAGES = ("pretrain", "finetune", "scratch")
-# Masking of validation/test batches is fixed across evals so pretraining metrics are comparable.
+# Masking of validation/test examples is fixed (per example: sptune.data.example_draw) across evals and
+# batch sizes, so pretraining metrics of checkpoints and of trials are comparable.
 EVAL_MASK_SEED = 1234
+# Model fields a finetuning run sets itself; every other model field is the pretraining run's
+# architecture, and a different value in the finetune config is a contradiction. pooling: the task
+# head is new; dropout: regularization, no parameters; ssm_lr: an optimizer setting; kernel_backend:
+# the same kernel computed another way (pykeops or torch).
+FINETUNE_MODEL_FIELDS = ("pooling", "dropout", "ssm_lr", "kernel_backend")
+# What `--restart` deletes from the run directory before training from step 0.
+RESTARTED = (checkpoints.LAST, checkpoints.BEST, checkpoints.RESULT, "tb")
+RESTART_FIX = "pass --restart to start this run over (deletes its checkpoints), or pick a new run.name=..."
+FROM_FIX = "pretrain again (`sptune pretrain ... --restart`) or pass another --from"
+# TensorBoard tags: one per quantity whatever the stage (the stage is in the run's name), so the
+# finetuning and scratch curves of a task overlay on one chart.
+TB_TAGS = {"train_loss": "train/loss", "val_loss": "val/loss", "val_metric": "val/metric", "lr": "train/lr",
+           "tokens_per_s": "train/tokens_per_s"}
 
 OnEval = Callable[[dict[str, Any], Path], None]
 
 
 # ----------------------------------------------------------------------------- public entry points
-def pretrain(cfg: Config, on_eval: OnEval | None = None) -> dict[str, Any]:
-    return run_stage(cfg, "pretrain", on_eval=on_eval)
+def pretrain(cfg: Config, on_eval: OnEval | None = None, restart: bool = False) -> dict[str, Any]:
+    return run_stage(cfg, "pretrain", on_eval=on_eval, restart=restart)
 
 
-def finetune(cfg: Config, from_run: str | Path, on_eval: OnEval | None = None) -> dict[str, Any]:
-    return run_stage(cfg, "finetune", init_from=Path(from_run), on_eval=on_eval)
+def finetune(cfg: Config, from_run: str | Path, on_eval: OnEval | None = None,
+             restart: bool = False) -> dict[str, Any]:
+    return run_stage(cfg, "finetune", init_from=Path(from_run), on_eval=on_eval, restart=restart)
 
 
-def scratch(cfg: Config, on_eval: OnEval | None = None) -> dict[str, Any]:
-    return run_stage(cfg, "scratch", on_eval=on_eval)
+def scratch(cfg: Config, on_eval: OnEval | None = None, restart: bool = False) -> dict[str, Any]:
+    return run_stage(cfg, "scratch", on_eval=on_eval, restart=restart)
 
 
 # ----------------------------------------------------------------------------- config resolution
@@ -58,12 +75,12 @@ def resolve(cfg: Config, task: Task, stage: str, init_from: Path | None = None) 
     """Fill the task-dependent defaults (mask ratio, loss, causality) so the dumped config is complete."""
     cfg = copy.deepcopy(cfg)
     if init_from is not None:
-        # The architecture is the pretraining run's: finetuning only changes the head and the optimization.
-        pre = load_config(pretrain_dir(init_from) / "config.yaml")
+        pre_dir = pretrain_dir(init_from)
+        pre = load_config(pre_dir / "config.yaml")
         if pre.task.name != cfg.task.name:
             raise UserError(f"--from run was pretrained on task '{pre.task.name}', not '{cfg.task.name}'; "
                             f"finetune on the same task")
-        cfg.model, cfg.objective = pre.model, pre.objective
+        inherit_pretraining(cfg, pre, pre_dir)
     if cfg.objective.mask_ratio == -1.0:
         cfg.objective.mask_ratio = task.mask_ratio
     if cfg.objective.loss == "auto":
@@ -72,7 +89,34 @@ def resolve(cfg: Config, task: Task, stage: str, init_from: Path | None = None) 
         raise UserError(f"objective.loss=ce needs token inputs, task '{task.name}' is continuous; use objective.loss=l1")
     if stage == "pretrain" and cfg.objective.kind == "causal":
         cfg.model.causal = True  # causal SPT trains a unidirectional model (§2)
+    if cfg.run.device == "auto":  # the device that runs is what the run records (and is fingerprinted by)
+        cfg.run.device = "cuda" if torch.cuda.is_available() else "cpu"
+    check_causal_norm(cfg)
     return cfg
+
+
+def inherit_pretraining(cfg: Config, pre: Config, pre_dir: Path) -> None:
+    """The architecture and objective are the pretraining run's; finetuning changes the head and the
+    optimization (FINETUNE_MODEL_FIELDS). An architecture field the finetune config gives another value
+    is a contradiction: a silent replacement would record settings that never ran."""
+    mine = copy.deepcopy(cfg.model)
+    if pre.objective.kind == "causal":
+        mine.causal = True  # causal pretraining derived it (resolve); the finetune config need not repeat it
+    architecture = [f.name for f in dataclasses.fields(ModelConfig) if f.name not in FINETUNE_MODEL_FIELDS]
+    clashes = [f"model.{name}={getattr(mine, name)} contradicts the pretraining run ({getattr(pre.model, name)})"
+               for name in architecture if getattr(mine, name) != getattr(pre.model, name)]
+    if clashes:
+        raise UserError(f"{'; '.join(clashes)}; --from {pre_dir} fixes the architecture: drop or match "
+                        f"{'this setting' if len(clashes) == 1 else 'these settings'}, or pretrain again with "
+                        f"{'it' if len(clashes) == 1 else 'them'}")
+    cfg.model = dataclasses.replace(pre.model, **{name: getattr(cfg.model, name) for name in FINETUNE_MODEL_FIELDS})
+    cfg.objective = copy.deepcopy(pre.objective)  # pretraining-only settings: finetuning records the ones that ran
+
+
+def identify(cfg: Config, stage: str, init_from: Path | None = None) -> tuple[Config, fingerprint.Fingerprint]:
+    """The resolved config and its fingerprint: what a run directory holds and is named after."""
+    cfg = resolve(cfg, get_task(cfg.task.name), stage, init_from)
+    return cfg, fingerprint.of(cfg, stage, pretrain_dir(init_from) if init_from is not None else None)
 
 
 def pretrain_dir(path: Path) -> Path:
@@ -85,32 +129,50 @@ def pretrain_dir(path: Path) -> Path:
     return path
 
 
-def run_dir_of(cfg: Config, stage: str) -> Path:
-    name = cfg.run.name or f"{stage}-{cfg.task.name}-{cfg.model.name}-s{cfg.run.seed}"
+def run_dir_of(cfg: Config, stage: str, fp: fingerprint.Fingerprint) -> Path:
+    """run.name, else `<stage>-<task>-<model>-s<seed>-<6 hex of the fingerprint>`: one directory per config."""
+    name = cfg.run.name or f"{stage}-{cfg.task.name}-{cfg.model.name}-s{cfg.run.seed}-{fp.short}"
     return Path(cfg.run.out_dir) / name
+
+
+def claim(run_dir: Path, cfg: Config, fp: fingerprint.Fingerprint, restart: bool) -> None:
+    """Make run_dir this config's. On --restart first delete the previous run's files (the user asked
+    for it; nothing else ever deletes them). The fingerprint goes before config.yaml, so a reader that
+    sees the new config also sees the fingerprint it is checked against."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if restart:
+        for name in RESTARTED:
+            path = run_dir / name
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+        log.warning("--restart: deleted the previous run's %s in %s", ", ".join(RESTARTED), run_dir)
+    fingerprint.write(run_dir, fp)
+    dump(cfg, run_dir / "config.yaml")
 
 
 # ----------------------------------------------------------------------------- the stage function
 def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: OnEval | None = None,
-              run_dir: Path | None = None) -> dict[str, Any]:
+              run_dir: Path | None = None, restart: bool = False) -> dict[str, Any]:
     if stage not in STAGES:
         raise UserError(f"unknown stage '{stage}'; choose one of: {', '.join(STAGES)}")
 
-    # 1. Setup: resolve the config, seed, device, run directory, TensorBoard. Under DDP (Ray Train
-    #    with several workers) every rank trains on its shard of each batch; rank 0 writes the files.
+    # 1. Setup: resolve the config, its fingerprint and run directory (which must hold this config
+    #    or nothing; it is claimed after step 5, so an unusable checkpoint leaves it as it was), seed,
+    #    device. Under DDP (Ray Train with several workers) every rank trains on its shard of each
+    #    batch; rank 0 writes the files.
     task = get_task(cfg.task.name)
-    cfg = resolve(cfg, task, stage, init_from)
-    run_dir = Path(run_dir) if run_dir else run_dir_of(cfg, stage)
+    cfg, fp = identify(cfg, stage, init_from)
+    run_dir = Path(run_dir) if run_dir else run_dir_of(cfg, stage, fp)
+    if not restart:
+        fingerprint.check(run_dir, fp)
     rank, world = distributed_rank()
     main_rank = rank == 0
-    if main_rank:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        dump(cfg, run_dir / "config.yaml")
     torch.manual_seed(cfg.run.seed)
     if cfg.run.num_threads > 0:
         torch.set_num_threads(cfg.run.num_threads)
     device = pick_device(cfg.run.device, rank)
-    writer = make_writer(run_dir, main_rank)
 
     # 2. Data: the task's splits, the training fraction (nested prefixes of one permutation).
     splits = task.load(cfg.task.data_dir or None, seed=cfg.run.seed)
@@ -125,6 +187,14 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
         model = build_task_model(cfg, task)
         if init_from is not None:
             load_pretrained_backbone(model, pretrain_dir(init_from))
+    # FLOPs per example and per model call, counted once on a meta copy of the model (no compute, no RNG,
+    # the model untouched; before it moves to the device, so the copy costs no device memory) from the
+    # shapes of one training example (sptune.flops).
+    x1, _, lengths1 = batch(train_split, torch.tensor([0]))
+    if pretraining:
+        d1, lengths1 = denoise(cfg, task, x1, lengths1, step_draw(cfg.run.seed, 0))
+        x1 = d1.inputs
+    cost = flops.measure(model, x1, lengths1, task.seq_len)
     model.to(device)
     trained = nn.parallel.DistributedDataParallel(model) if world > 1 else model  # gradients all-reduced
 
@@ -135,17 +205,22 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
     optimizer = make_optimizer(model, cfg)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, make_schedule(cfg, max_steps))
 
-    # 5. Resume from last.pt: model, optimizer, schedule, step, RNG and eval history.
-    state = {"step": 0, "best_metric": -math.inf, "best_step": -1, "history": [], "train_seconds": 0.0}
+    # 5. Resume from last.pt: model, optimizer, schedule, step, RNG and eval history. The best checkpoint
+    #    is the best validation metric, a tie broken by the validation loss (sptune.selection).
+    state = fresh_state()
     last_path = run_dir / checkpoints.LAST
-    if cfg.run.resume and last_path.is_file():
-        ckpt = checkpoints.load(last_path, device)
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
+    if cfg.run.resume and not restart and last_path.is_file():
+        ckpt = checkpoints.load(last_path, device, keys=("model", "optimizer", "scheduler", "rng", "state"),
+                                fix=RESTART_FIX)
+        checkpoints.load_into(model, ckpt["model"], last_path, RESTART_FIX)
+        checkpoints.load_into(optimizer, ckpt["optimizer"], last_path, RESTART_FIX)
         scheduler.load_state_dict(ckpt["scheduler"])
         torch.set_rng_state(ckpt["rng"])
-        state = ckpt["state"]
+        state.update(ckpt["state"])
         log.info("resumed %s at step %d", run_dir, state["step"])
+    if main_rank:  # only now: a checkpoint that cannot be used (--from, last.pt) leaves the directory as it was
+        claim(run_dir, cfg, fp, restart)
+    writer = make_writer(run_dir, main_rank)
 
     # 6. Train loop: one optimizer step per batch; eval, TensorBoard and checkpoints every eval_every.
     metric_name = "masked_accuracy" if pretraining and cfg.objective.loss == "ce" else (
@@ -156,21 +231,22 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
     result: dict[str, Any] = {"stage": stage, "task": task.name, "model": cfg.model.name, "run_dir": str(run_dir),
                               "metric": metric_name, "n_params": count_parameters(model),
                               "init_from": str(pretrain_dir(init_from)) if init_from else None}
+    end = dict(state=state, cost=cost, world=world, run_dir=run_dir, write=main_rank)  # what finish() needs
     progress = make_progress(cfg, max_steps, state["step"], f"{stage} {task.name}/{cfg.model.name}")
     running_loss, running_n, tick = 0.0, 0, time.perf_counter()
     while state["step"] < max_steps:
         step = state["step"]
         model.train()
-        index = train_batch_index(len(train_split), cfg.optim.batch_size, cfg.run.seed, step)[rank::world]
-        x, y, lengths = (t.to(device) for t in batch(train_split, index))
+        index = train_batch_index(len(train_split), cfg.optim.batch_size, cfg.run.seed, step)  # the global batch
+        x, y, lengths = (t.to(device) for t in batch(train_split, index[rank::world]))
         with autocast(device, cfg.run.precision):
-            loss = compute_loss(trained, cfg, task, stage, x, y, lengths, step_generator(cfg.run.seed, step))
+            loss, _ = compute_loss(trained, cfg, task, stage, x, y, lengths, step_draw(cfg.run.seed, step))
         if not torch.isfinite(loss):
             reason = f"non-finite loss ({loss.item()}) at step {step}: lower optim.lr or raise optim.warmup_steps"
             log.error("%s failed: %s", run_dir.name, reason)
             writer.close()
             progress.close()
-            return finish(result, state, run_dir, status="failed", reason=reason, write=main_rank)
+            return finish(result, status="failed", reason=reason, **end)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.optim.grad_clip > 0:
@@ -178,6 +254,7 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
         optimizer.step()
         scheduler.step()
         state["step"] = step + 1
+        state["examples_seen"] += len(index)
         running_loss += loss.item()
         running_n += 1
         progress.update(1)
@@ -186,13 +263,18 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
             elapsed = time.perf_counter() - tick
             state["train_seconds"] += elapsed
             val = evaluate(model, cfg, task, stage, splits["val"], device, cfg.task.max_val_examples)
+            count_eval(state, val)
             record = {"step": state["step"], "train_loss": running_loss / max(running_n, 1),
                       "val_loss": val["loss"], "val_metric": val["metric"], "lr": scheduler.get_last_lr()[0],
                       "tokens_per_s": running_n * cfg.optim.batch_size * tokens_per_example / max(elapsed, 1e-9)}
             state["history"].append(record)
-            improved = val["metric"] > state["best_metric"]
+            state["val_targets"] = val["targets"]
+            incumbent, candidate = (state["best_metric"], state["best_loss"]), (val["metric"], val["loss"])
+            winner, _ = selection.select([incumbent, candidate], lambda c: c,
+                                         selection.tolerance(metric_name, val["targets"]))
+            improved = winner is candidate
             if improved:
-                state["best_metric"], state["best_step"] = val["metric"], state["step"]
+                state.update(best_metric=val["metric"], best_loss=val["loss"], best_step=state["step"])
             if main_rank:
                 if improved:
                     checkpoints.save_atomic({"model": model.state_dict(), "step": state["step"],
@@ -200,8 +282,8 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
                 checkpoints.save_atomic({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                                          "scheduler": scheduler.state_dict(), "rng": torch.get_rng_state(),
                                          "state": state}, last_path)
-                for key in ("train_loss", "val_loss", "val_metric", "lr", "tokens_per_s"):
-                    writer.add_scalar(f"{stage}/{key}", record[key], state["step"])
+                for key, tag in TB_TAGS.items():
+                    writer.add_scalar(tag, record[key], state["step"])
                 writer.flush()
             if world > 1:
                 torch.distributed.barrier()  # every rank sees the checkpoint before anyone reports it
@@ -210,32 +292,46 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
                            f"val_loss {val['loss']:.4f} val_{metric_name} {val['metric']:.4f}"
                            + (" *" if improved else ""))
             if on_eval is not None:
-                on_eval(dict(record, best_metric=state["best_metric"], best_step=state["best_step"]), run_dir)
+                on_eval(dict(record, best_metric=state["best_metric"], best_loss=state["best_loss"],
+                             best_step=state["best_step"], train_seconds=state["train_seconds"],
+                             eval_seconds=state["eval_seconds"], max_steps=max_steps), run_dir)
             running_loss, running_n, tick = 0.0, 0, time.perf_counter()
     progress.close()
 
     # 7. Test at the best validation checkpoint (the retrospective choice, Appendix C.1).
-    best = checkpoints.load(run_dir / checkpoints.BEST, device)
-    model.load_state_dict(best["model"])
+    best_path = run_dir / checkpoints.BEST
+    checkpoints.load_into(model, checkpoints.load(best_path, device, keys=("model",), fix=RESTART_FIX)["model"],
+                          best_path, RESTART_FIX)
     test = evaluate(model, cfg, task, stage, splits["test"], device, cfg.task.max_test_examples)
+    count_eval(state, test)
     if main_rank:
-        writer.add_scalar(f"{stage}/test_metric", test["metric"], state["best_step"])
+        writer.add_scalar("test/metric", test["metric"], state["best_step"])
         writer.close()
     result["test_metric"] = test["metric"]
     result["test_loss"] = test["loss"]
-    result["examples_seen"] = state["step"] * cfg.optim.batch_size
-    # Training FLOPs estimate: 6 x parameters x tokens (forward + backward), the usual dense rule.
-    result["flops_estimate"] = 6.0 * result["n_params"] * result["examples_seen"] * tokens_per_example
-    return finish(result, state, run_dir, status="completed", write=main_rank)
+    return finish(result, status="completed", **end)
 
 
-def finish(result: dict[str, Any], state: dict[str, Any], run_dir: Path, status: str,
-           reason: str | None = None, write: bool = True) -> dict[str, Any]:
+def fresh_state() -> dict[str, Any]:
+    """The training state of a run at step 0 (last.pt holds it later)."""
+    return {"step": 0, "best_metric": -math.inf, "best_loss": None, "best_step": -1, "val_targets": None,
+            "history": [], "train_seconds": 0.0, "eval_seconds": 0.0, "examples_seen": 0, "eval_examples": 0,
+            "eval_calls": 0}
+
+
+def finish(result: dict[str, Any], state: dict[str, Any], cost: flops.Flops, world: int, run_dir: Path,
+           status: str, reason: str | None = None, write: bool = True) -> dict[str, Any]:
+    """Complete and write result.json. Seconds and FLOPs are of all devices: under DDP every rank trains
+    its share of each batch, generates the SSM kernels and evaluates the whole split."""
     history = state["history"]
     result.update(status=status, reason=reason, steps=state["step"], best_step=state["best_step"],
-                  best_val=state["best_metric"] if history else None,
-                  final_val=history[-1]["val_metric"] if history else None,
-                  train_seconds=state["train_seconds"], history=history)
+                  best_val=state["best_metric"] if history else None, best_val_loss=state["best_loss"],
+                  val_targets=state["val_targets"], final_val=history[-1]["val_metric"] if history else None,
+                  examples_seen=state["examples_seen"], train_seconds=state["train_seconds"],
+                  eval_seconds=state["eval_seconds"],
+                  device_seconds=(state["train_seconds"] + state["eval_seconds"]) * world,
+                  train_flops=cost.train(state["examples_seen"], state["step"] * world),
+                  eval_flops=cost.forward(state["eval_examples"], state["eval_calls"]) * world, history=history)
     if write:
         checkpoints.write_json_atomic(result, run_dir / checkpoints.RESULT)
     return result
@@ -284,13 +380,22 @@ def make_writer(run_dir: Path, main_rank: bool):
 
 
 # ----------------------------------------------------------------------------- pieces of the loop
+def denoise(cfg: Config, task: Task, x: torch.Tensor, lengths: torch.Tensor,
+            draw: MaskDraw) -> tuple[Denoising, torch.Tensor]:
+    """The pretraining problem of a batch (§2) and its lengths; each document of a pair is its own sequence."""
+    if task.paired:
+        x, lengths = x.reshape(-1, x.shape[-1]), lengths.reshape(-1)  # (2B, L)
+    if cfg.objective.kind == "masked":
+        return masked_denoising(x, lengths, cfg.objective.mask_ratio, draw), lengths
+    return causal_denoising(x, lengths), lengths
+
+
 def compute_loss(model: SequenceModel, cfg: Config, task: Task, stage: str, x: torch.Tensor, y: torch.Tensor,
-                 lengths: torch.Tensor, generator: torch.Generator, metric: Metric | None = None) -> torch.Tensor:
+                 lengths: torch.Tensor, draw: MaskDraw, metric: Metric | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean loss of the batch, number of terms it averages): masked tokens (x channels for L1) or examples."""
     if stage == "pretrain":
-        if task.paired:  # each document of a pair is its own pretraining sequence
-            x, lengths = x.reshape(-1, x.shape[-1]), lengths.reshape(-1)  # (2B, L)
-        d: Denoising = (masked_denoising(x, lengths, cfg.objective.mask_ratio, generator)
-                        if cfg.objective.kind == "masked" else causal_denoising(x, lengths))
+        d, lengths = denoise(cfg, task, x, lengths, draw)
         pred = model(d.inputs, lengths)  # (B, L, V or C)
         if metric is not None:
             metric.update(pred[d.loss_mask], d.targets[d.loss_mask])
@@ -303,39 +408,55 @@ def compute_loss(model: SequenceModel, cfg: Config, task: Task, stage: str, x: t
         loss = nn.functional.cross_entropy(out, y)
     if metric is not None:
         metric.update(out, y)
-    return loss
+    return loss, torch.tensor(y.shape[0])
 
 
 @torch.no_grad()
 def evaluate(model: SequenceModel, cfg: Config, task: Task, stage: str, split: Split, device: torch.device,
              limit: int) -> dict[str, float]:
+    """Loss and metric over the split's first `limit` examples (0 = all), independent of optim.batch_size:
+    every example is masked by its own draw (EVAL_MASK_SEED, its index) and the loss is averaged over all
+    terms of the split, not over batch means. Also: the metric's targets, examples, model calls, seconds."""
+    start = time.perf_counter()
     model.eval()
     kind = "accuracy" if (task.metric == "accuracy" if stage != "pretrain" else cfg.objective.loss == "ce") else "r2"
     metric = Metric(kind)
-    generator = torch.Generator().manual_seed(EVAL_MASK_SEED)
-    total, batches = 0.0, 0
-    for x, y, lengths in eval_batches(split, cfg.optim.batch_size, limit):
+    total, terms, examples, calls = 0.0, 0, 0, 0
+    for index, (x, y, lengths) in eval_batches(split, cfg.optim.batch_size, limit):
         x, y, lengths = x.to(device), y.to(device), lengths.to(device)
         with autocast(device, cfg.run.precision):
-            total += compute_loss(model, cfg, task, stage, x, y, lengths, generator, metric).item()
-        batches += 1
-    return {"loss": total / max(batches, 1), "metric": metric.value()}
+            loss, n = compute_loss(model, cfg, task, stage, x, y, lengths, example_draw(EVAL_MASK_SEED, index),
+                                   metric)
+        total += loss.item() * n.item()  # float64 sum of per-term losses
+        terms += n.item()
+        examples, calls = examples + len(index), calls + 1
+    return {"loss": total / max(terms, 1), "metric": metric.value(), "targets": int(metric.n), "examples": examples,
+            "calls": calls, "seconds": time.perf_counter() - start}
+
+
+def count_eval(state: dict[str, Any], ev: dict[str, float]) -> None:
+    """Add an eval pass to the run's eval cost (device-seconds and FLOPs of result.json)."""
+    state["eval_seconds"] += ev["seconds"]
+    state["eval_examples"] += ev["examples"]
+    state["eval_calls"] += ev["calls"]
 
 
 def load_pretrained_backbone(model: SequenceModel, pre_dir: Path) -> None:
     """Carry the backbone over; drop the pretraining head and the encoder's mask-indicator column."""
-    state = checkpoints.load(pre_dir / checkpoints.BEST)["model"]
+    path = pre_dir / checkpoints.BEST
+    state = checkpoints.load(path, keys=("model",), fix=FROM_FIX)["model"]
     state = {k: v for k, v in state.items() if k.startswith("backbone.")}
+    own = model.state_dict()
     key = "backbone.encoder.embed.weight"
-    expected = model.state_dict()[key]
-    if state[key].dim() == 2 and isinstance(model.backbone.encoder.embed, nn.Linear) \
-            and state[key].shape[1] == expected.shape[1] + 1:
+    if key in state and state[key].dim() == 2 and isinstance(model.backbone.encoder.embed, nn.Linear) \
+            and state[key].shape[1] == own[key].shape[1] + 1:
         state = drop_mask_channel(state)
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [k for k in missing if k.startswith("backbone.")]
+    missing = [k for k in own if k.startswith("backbone.") and k not in state]
+    unexpected = [k for k in state if k not in own]
     if missing or unexpected:
-        raise UserError(f"pretraining checkpoint in {pre_dir} does not match this model "
-                        f"(missing {missing[:3]}, unexpected {unexpected[:3]}); finetune with the same model config")
+        raise checkpoints.UnusableCheckpoint(f"checkpoint {path} was written by another model (missing {missing[:3]}, "
+                                             f"unexpected {unexpected[:3]}); {FROM_FIX}")
+    checkpoints.load_into(model, {**own, **state}, path, FROM_FIX)  # the new head keeps its fresh init
 
 
 def make_optimizer(model: nn.Module, cfg: Config) -> torch.optim.Optimizer:

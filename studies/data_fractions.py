@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
 from sptune.studies import paper, settings  # noqa: E402
-from sptune.studies.runner import Cell, Plan, fixed_space, main  # noqa: E402
+from sptune.studies.runner import Cell, Plan, main  # noqa: E402
 
 STUDY = "data_fractions"
 TASKS = ("text", "image")
@@ -39,13 +39,12 @@ CONVERGED_STEPS = {"text": 50_000, "image": 200_000}
 
 
 def space(task: str) -> dict:
-    s = paper.FRACTION_SETTINGS[task]
-    values = fixed_space({stage: {"optim.lr": s[stage][0], "optim.batch_size": s[stage][1]}
-                          for stage in ("pretrain", "finetune")})
-    lrs, batch = s["scratch"]
-    values["scratch"] = {"params": {"optim.lr": list(lrs), "optim.batch_size": [batch]},
-                         "points": [{"optim.lr": lrs[0], "optim.batch_size": batch}]}
-    return values
+    """Appendix C.1.4's values per stage, nothing else (two scratch learning rates on Text)."""
+    points = paper.FRACTION_SETTINGS[task]
+    return {stage: {"params": {"optim.lr": sorted({lr for lr, _ in points[stage]}, reverse=True),
+                               "optim.batch_size": sorted({batch for _, batch in points[stage]})},
+                    "points": [{"optim.lr": lr, "optim.batch_size": batch} for lr, batch in points[stage]]}
+            for stage in paper.STAGES}
 
 
 def build(args) -> Plan:
@@ -53,12 +52,11 @@ def build(args) -> Plan:
     cells = []
     for paper_task in TASKS:
         task = settings.STAND_IN[paper_task] if args.smoke_test else paper_task
-        arch, _, _, weight_decay = paper.S4_ARCH[paper_task]
+        recipe = settings.recipe(paper_task, "s4")
         if args.smoke_test:
-            run, cell_space = settings.smoke_model(arch), settings.smoke_space()
+            run, cell_space = settings.smoke_model(recipe.model), settings.smoke_space()
         else:
-            run = settings.as_overrides(arch) + settings.REAL_COMMON + [
-                f"optim.weight_decay={weight_decay}",
+            run = settings.real(recipe, epochs=False) + [
                 f"pretrain.optim.max_steps={paper.FRACTION_SETTINGS[paper_task]['pretrain_steps']}",
                 f"finetune.optim.max_steps={CONVERGED_STEPS[paper_task]}",
                 f"scratch.optim.max_steps={CONVERGED_STEPS[paper_task]}"]

@@ -43,12 +43,11 @@ def build(args) -> Plan:
         if args.smoke_test and paper_task not in SMOKE:
             continue
         task = SMOKE[paper_task] if args.smoke_test else paper_task
-        arch, space = settings.ssm(paper_task, "s4", "structured")
+        recipe = settings.recipe(paper_task, "s4")
         if args.smoke_test:
-            run, space = settings.smoke_model(arch, layers=2), settings.smoke_space(("pretrain",))
+            run, space = settings.smoke_model(recipe.model, layers=2), settings.smoke_space(("pretrain",))
         else:
-            run = settings.as_overrides(arch) + settings.epochs(paper_task)
-            space = {"pretrain": space["pretrain"]}
+            run, space = settings.real(recipe), {"pretrain": recipe.space()["pretrain"]}
         for seed in seeds:
             cells.append(Cell(
                 key=f"{task}-s4-s{seed}",

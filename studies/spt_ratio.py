@@ -34,11 +34,8 @@ from sptune.studies.runner import Cell, Plan, fixed_space, main  # noqa: E402
 STUDY = "spt_ratio"
 TASKS = ("image", "text")  # Table 8's column order
 TRAIN_EXAMPLES = {"text": 22_500, "image": 45_000}  # training split after the 10% validation hold-out
-BATCH = {"text": 16, "image": 50}  # Appendix C.1.4's batch sizes, one per task for both stages
-LR = {  # (pretraining, finetuning / scratch) learning rates
-    ("text", "transformer"): (5e-4, 5e-4), ("image", "transformer"): (1e-3, 1e-3),  # Table 4, rotary rows
-    ("text", "s4"): (5e-4, 5e-4), ("image", "s4"): (1e-2, 2e-3),  # Appendix C.1.4
-}
+# Appendix C.1.4's finetuning batch sizes (Text 16, Image 50), one per task for both stages.
+BATCH = {task: paper.FRACTION_SETTINGS[task]["finetune"][0][1] for task in TASKS}
 SMOKE_BUDGET = 20
 MODELS = (("transformer", "Transformer"), ("s4", "S4"))  # Table 8's column names
 
@@ -48,11 +45,16 @@ def budget_steps(task: str) -> int:
     return paper.COMPUTE_TIED_EPOCHS[task] * per_epoch
 
 
-def architecture(task: str, model: str) -> dict:
+def recipe(task: str, model: str):
+    return settings.recipe(task, "rotary" if model == "transformer" else "s4")
+
+
+def learning_rates(task: str, model: str) -> tuple[float, float]:
+    """(pretraining, finetuning / scratch) lr: Transformers the Table 4 rotary row, S4 Appendix C.1.4."""
     if model == "transformer":
-        return settings.transformer(task, "rotary")[0]
-    arch, _, _, weight_decay = paper.S4_ARCH[task]
-    return dict(arch) | {"optim.weight_decay": weight_decay}
+        stages = recipe(task, model).stages
+        return stages["pretrain"].points[0].lr, stages["finetune"].points[0].lr
+    return paper.FRACTION_SETTINGS[task]["pretrain"][0][0], paper.FRACTION_SETTINGS[task]["finetune"][0][0]
 
 
 def share_label(share: float) -> str:
@@ -66,13 +68,12 @@ def build(args) -> Plan:
         task = settings.STAND_IN[paper_task] if args.smoke_test else paper_task
         total = SMOKE_BUDGET if args.smoke_test else budget_steps(paper_task)
         for model, name in MODELS:
-            arch = architecture(paper_task, model)
-            base = settings.smoke_model(arch) if args.smoke_test else settings.as_overrides(arch) + settings.REAL_COMMON
             if args.smoke_test:
+                base = settings.smoke_model(recipe(paper_task, model).model) + ["optim.eval_every=4"]
                 space = settings.smoke_space()
-                base += ["optim.eval_every=4"]
             else:
-                pre_lr, lr = LR[(paper_task, model)]
+                base = settings.real(recipe(paper_task, model), epochs=False)
+                pre_lr, lr = learning_rates(paper_task, model)
                 space = fixed_space({stage: {"optim.lr": pre_lr if stage == "pretrain" else lr,
                                              "optim.batch_size": BATCH[paper_task]}
                                      for stage in ("pretrain", "finetune", "scratch")})

@@ -22,6 +22,9 @@ TINY = ["model.d_model=16", "model.n_layers=1", "model.n_heads=2", "model.d_ff=1
 def ray_instance():
     import ray
 
+    if ray.is_initialized():  # each module importing this fixture registers its own copy: share the one Ray
+        yield ray
+        return
     # Ray's processes start from this environment: offline hub and the session's SPTUNE_CACHE.
     ray.init(num_cpus=2, log_to_driver=False, logging_level=logging.WARNING)
     yield ray

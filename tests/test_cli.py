@@ -54,17 +54,19 @@ def test_compare_prints_scratch_and_spt_side_by_side(tmp_path, capsys):
     assert main(["compare", str(_config(tmp_path)), *TINY]) == 0
     out = capsys.readouterr().out
     assert "scratch" in out and "SPT (pretrain -> finetune)" in out and "SPT - scratch" in out
-    assert (tmp_path / "runs" / "finetune-listops-mini-transformer-s0" / "result.json").is_file()
+    (finetune_dir,) = (tmp_path / "runs").glob("finetune-listops-mini-transformer-s0-*")
+    assert (finetune_dir / "result.json").is_file()
 
 
 def test_overrides_after_options_are_accepted(tmp_path):
 
     assert main(["pretrain", str(_config(tmp_path)), *TINY]) == 0
-    run = tmp_path / "runs" / "pretrain-listops-mini-transformer-s0"
+    (run,) = (tmp_path / "runs").glob("pretrain-listops-mini-transformer-s0-*")
     assert main(["finetune", str(_config(tmp_path)), "--from", str(run), *TINY, "optim.lr=2e-4"]) == 0
     from sptune import config
 
-    assert config.load(tmp_path / "runs" / "finetune-listops-mini-transformer-s0" / "config.yaml").optim.lr == 2e-4
+    (finetune_dir,) = (tmp_path / "runs").glob("finetune-listops-mini-transformer-s0-*")
+    assert config.load(finetune_dir / "config.yaml").optim.lr == 2e-4
     with pytest.raises(SystemExit) as exit_info:
         main(["finetune", str(_config(tmp_path)), "--from", str(run), "--bogus"])
     assert exit_info.value.code == 2

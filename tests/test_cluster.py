@@ -30,14 +30,60 @@ def test_cluster_yaml_matches_the_schema_shipped_with_ray():
         spec for name, spec in cluster["available_node_types"].items() if name != cluster["head_node_type"]]
     assert "GPU" not in head["resources"] and all(w["resources"].get("GPU", 0) >= 1 for w in workers)
     assert sum(w["max_workers"] for w in workers) <= cluster["max_workers"]
-    setup = " ".join(cluster["setup_commands"])
-    assert "/home/ubuntu/sptune" in setup and "[gpu]" in setup and "torch==" in setup
+    # A pinned image on every node (Ray's own, Python 3.11, this Ray version) and a named host AMI.
+    docker = cluster["docker"]
+    assert docker["head_image"].startswith(f"rayproject/ray:{ray.__version__}-py311-cpu")
+    assert docker["worker_image"] == f"rayproject/ray:{ray.__version__}-py311-gpu"
+    assert all(spec["node_config"]["ImageId"] for spec in cluster["available_node_types"].values())
+    # torch's CUDA build and the GPU libraries go on GPU workers only, and nothing is compiled.
+    head_setup = " ".join(cluster["setup_commands"] + cluster["head_setup_commands"])
+    assert "torch==" in head_setup and "whl/cpu" in head_setup and "[cluster]" in head_setup
+    for worker in workers:
+        setup = " ".join(worker["worker_setup_commands"])
+        assert "torch==" in setup and "/home/ray/sptune[keops]" in setup
+        assert "flash-attn" not in setup and "[gpu]" not in setup and "--no-build-isolation" not in setup
+    assert "worker_setup_commands" not in cluster or not cluster["worker_setup_commands"]
+    # apt-get install always after apt-get update, in the same command list.
+    for spec in cluster["available_node_types"].values():
+        commands = spec.get("initialization_commands", [])
+        installs = [i for i, c in enumerate(commands) if "apt-get" in c and " install " in c]
+        updates = [i for i, c in enumerate(commands) if "apt-get" in c and " update" in c]
+        assert all(updates and min(updates) < i for i in installs)
+    # Code is copied; data is not (it is prepared once into the shared NFS directory).
     mounts = cluster["file_mounts"]
-    assert mounts["/home/ubuntu/sptune"] == "." and any("sptune_data" in remote for remote in mounts)
-    # Every node sees the studies at the same path: the head exports them, the workers mount them.
-    assert any("/home/ubuntu/studies" in c for c in cluster["head_setup_commands"])
-    assert any("mount -t nfs" in c for c in cluster["worker_start_ray_commands"])
+    assert mounts["/home/ray/sptune"] == "." and not any("sptune_data" in local for local in mounts.values())
+    # Every node sees the studies and the data at the same paths: the head exports them, the workers mount them.
+    head = cluster["available_node_types"][cluster["head_node_type"]]
+    assert any("/home/ubuntu/studies" in c and "/home/ubuntu/sptune_data" in c for c in head["initialization_commands"])
+    for worker in workers:
+        mounts = [c for c in worker["initialization_commands"] if "mount -t nfs" in c]
+        assert any("studies" in c for c in mounts) and any("sptune_data" in c for c in mounts)
+    assert "-e SPTUNE_DATA=/home/ray/sptune_data" in docker["run_options"]
 
+
+def test_declared_dependencies_match_the_imports():
+    """Every third-party module sptune imports is declared in pyproject.toml (or comes with one that is)."""
+    import ast
+    import sys
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    declared = " ".join(project["dependencies"] + sum(project["optional-dependencies"].values(), [])).lower()
+    # Import name -> distribution name, where they differ.
+    dist = {"yaml": "pyyaml", "PIL": "pillow", "flash_attn": "flash-attn"}
+    imported = set()
+    for path in (REPO / "sptune").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+    third_party = {name for name in imported if name not in sys.stdlib_module_names and name != "sptune"}
+    missing = [name for name in sorted(third_party) if dist.get(name, name).replace("_", "-").lower()
+               not in declared.replace("_", "-")]
+    assert not missing, f"imported but not declared in pyproject.toml: {missing}"
+    assert "pandas" not in declared  # not imported by sptune (Ray Tune brings its own)
+    assert project["optional-dependencies"]["cluster"] == ["boto3>=1.26"]
 
 def free_ports(n):
     with contextlib.ExitStack() as stack:

@@ -38,6 +38,8 @@ def test_overrides_and_stage_sections(tmp_path):
     (["optim.batch_size=abc"], ["optim.batch_size", "int"]),
     (["optim.bogus=1"], ["optim.bogus", "allowed"]),
     (["objective.mask_ratio=1.5"], ["objective.mask_ratio"]),
+    (["model.dt_min=0"], ["model.dt_min", "> 0"]),
+    (["model.dt_min=0.2"], ["model.dt_min=0.2", "below model.dt_max=0.1"]),
     (["lr=1"], ["section.field=value"]),
 ])
 def test_bad_values_name_the_field(override, words):

@@ -2,6 +2,7 @@
 
 import torch
 
+from sptune.data import step_draw
 from sptune.objectives import Metric, causal_denoising, denoising_loss, masked_denoising
 from sptune.tasks.base import MASK_ID
 
@@ -9,7 +10,7 @@ from sptune.tasks.base import MASK_ID
 def test_masked_tokens_use_mask_id_only_on_valid_positions():
     x = torch.randint(3, 18, (64, 100))
     lengths = torch.randint(10, 101, (64,))
-    d = masked_denoising(x, lengths, 0.15, torch.Generator().manual_seed(0))
+    d = masked_denoising(x, lengths, 0.15, step_draw(0, 0))
     pad = torch.arange(100)[None] >= lengths[:, None]
     assert not d.loss_mask[pad].any()
     assert (d.inputs[d.loss_mask] == MASK_ID).all()
@@ -20,7 +21,7 @@ def test_masked_tokens_use_mask_id_only_on_valid_positions():
 
 def test_masked_continuous_zeroes_values_and_adds_indicator():
     x = torch.randn(8, 50, 2)
-    d = masked_denoising(x, torch.full((8,), 50), 0.5, torch.Generator().manual_seed(0))
+    d = masked_denoising(x, torch.full((8,), 50), 0.5, step_draw(0, 0))
     assert d.inputs.shape == (8, 50, 3)
     assert torch.equal(d.inputs[..., 2].bool(), d.loss_mask)
     assert (d.inputs[..., :2][d.loss_mask] == 0).all()
@@ -28,9 +29,11 @@ def test_masked_continuous_zeroes_values_and_adds_indicator():
 
 def test_loss_counts_masked_positions_only():
     x = torch.randint(3, 18, (4, 20))
-    d = masked_denoising(x, torch.full((4,), 20), 0.3, torch.Generator().manual_seed(1))
+    d = masked_denoising(x, torch.full((4,), 20), 0.3, step_draw(1, 0))
     pred = torch.randn(4, 20, 18, requires_grad=True)
-    denoising_loss(pred, d, "ce").backward()
+    loss, terms = denoising_loss(pred, d, "ce")
+    loss.backward()
+    assert terms == d.loss_mask.sum()
     touched = pred.grad.abs().sum(-1) > 0
     assert torch.equal(touched, d.loss_mask)
 

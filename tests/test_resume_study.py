@@ -96,7 +96,7 @@ def test_resume_after_the_driver_dies(tmp_path, sig):
         rows = results.collect(study_dir)
         assert [r["stage"] for r in rows].count("pretrain") == 2 and len(rows) == 6
         assert all(r["status"] == "completed" for r in rows)
-        best = results.best_row(rows, "pretrain")
+        best, _ = results.best_row(rows, "pretrain")
         assert all(r["init_trial"] == best["trial_id"] for r in rows if r["stage"] == "finetune")
         assert len((study_dir / "results.csv").read_text().splitlines()) == 7
         for stage in ("finetune", "scratch"):  # the searcher did not hand out a point twice

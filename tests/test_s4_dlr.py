@@ -108,11 +108,12 @@ def test_random_init_draws_ssm_params_from_small_normal():
 @pytest.mark.parametrize("kind,mode", LAYERS)
 def test_ssm_params_carry_optim_tags(kind, mode):
     layer = make_layer(kind, bidirectional=True, mode=mode)
-    ssm_names = ({"log_lambda_re_sqrt", "log_lambda_im"} if kind == "dlr"
+    # s4: dt, A, B (and P) at lr 1e-3 (state-spaces/s4 lr.{dt,A,B}); DLR: Lambda and W at lr 1e-4 (ag1988/dlr)
+    ssm_names = ({"log_lambda_re_sqrt", "log_lambda_im", "W"} if kind == "dlr"
                  else {"log_dt", "A_real", "A_imag", "B"} | ({"P"} if mode == "dplr" else set()))
     for name, p in layer.named_parameters():
         if name in ssm_names:
-            assert p._optim == {"lr": 1e-3, "weight_decay": 0.0}, name
+            assert p._optim == {"lr": 1e-4 if kind == "dlr" else 1e-3, "weight_decay": 0.0}, name
         else:
             assert not hasattr(p, "_optim"), name
     assert {n for n, _ in layer.named_parameters()} >= ssm_names | {"D", "output_linear.weight"}
@@ -132,5 +133,28 @@ def test_structured_inits_and_shapes():
     layer = DLRLayer(6, d_state=32)
     log_lambda, W = layer.ssm_params()
     assert W.shape == (2, 6, 32) and (log_lambda.real < 0).all() and (log_lambda.real > -0.051).all()
+    # model.dt_min / dt_max reach both layers: log Re(Lambda) = -dt/2 (DLR), dt = exp(log_dt) (S4)
+    log_lambda, _ = DLRLayer(6, d_state=32, dt_min=0.01, dt_max=0.02).ssm_params()
+    assert ((log_lambda.real <= -0.005 + 1e-7) & (log_lambda.real >= -0.01 - 1e-7)).all()
+    dt = S4Layer(6, d_state=16, dt_min=1e-4, dt_max=2e-4).ssm_params()[0]
+    assert ((dt >= 1e-4 - 1e-9) & (dt <= 2e-4 + 1e-9)).all()
     with pytest.raises(UserError):
         S4Layer(4, mode="nplr")
+
+
+@pytest.mark.parametrize("name", ["s4", "dlr"])
+def test_config_dt_range_and_ssm_lr_reach_the_layers(name):
+    from sptune import config
+    from sptune.build import build_task_model
+    from sptune.registry import get_task
+
+    cfg = config.load(None, [f"model.name={name}", "model.d_model=4", "model.n_layers=1", "model.d_ff=0",
+                             "model.d_state=8", "model.dt_min=0.01", "model.dt_max=0.02", "model.ssm_lr=3e-4"])
+    layer = next(m for m in build_task_model(cfg, get_task(cfg.task.name)).modules()
+                 if isinstance(m, (S4Layer, DLRLayer)))
+    if name == "s4":
+        dt, tagged = layer.ssm_params()[0], layer.log_dt
+    else:
+        dt, tagged = -2 * layer.ssm_params()[0].real, layer.W  # log Re(Lambda) = -dt / 2
+    assert ((dt >= 0.01 - 1e-7) & (dt <= 0.02 + 1e-7)).all()
+    assert tagged._optim == {"lr": 3e-4, "weight_decay": 0.0}

@@ -13,7 +13,7 @@ from sptune.studies import kernel_analysis, paper, report, runner, settings, siz
 from sptune.tasks.base import Split
 
 # ----------------------------------------------------------------------------- sizing (Appendix E)
-IMAGE_MODELS = {"transformer": settings.transformer("image", "rotary")[0], "s4": paper.S4_ARCH["image"][0]}
+IMAGE_MODELS = {"transformer": paper.RECIPES[("image", "rotary")].model, "s4": paper.RECIPES[("image", "s4")].model}
 
 
 @pytest.mark.parametrize("budget", paper.MODEL_SIZES)
@@ -116,13 +116,19 @@ def test_paper_cite_names_table_row_and_column():
 
 
 # ----------------------------------------------------------------------------- plans and search spaces
-def test_search_space_puts_the_papers_best_first_and_in_the_grid():
-    space = runner.search_space({"finetune": (1e-3, 512)}, paper.APPENDIX_C1_GRID)
-    assert space["finetune"]["points"] == [{"optim.lr": 1e-3, "optim.batch_size": 512}]
-    assert 512 in space["finetune"]["params"]["optim.batch_size"]
-    assert space["scratch"]["points"] == [] and space["scratch"]["params"] == paper.APPENDIX_C1_GRID
+def test_recipe_space_puts_the_papers_best_first_and_in_the_grid():
+    space = paper.RECIPES[("image", "s4")].space()
+    # Table 5 (S4 + SPT, Image): finetuning lr 1e-3 / batch 512, then Appendix C.1.4's 2e-3 / 50
+    assert space["finetune"]["points"] == [{"optim.lr": 1e-3, "optim.batch_size": 512},
+                                           {"optim.lr": 2e-3, "optim.batch_size": 50}]
+    assert space["finetune"]["params"] == {"optim.lr": [2e-3, 1e-3, 5e-4, 1e-4],
+                                           "optim.batch_size": [8, 32, 50, 128, 512]}
+    # From scratch: Gu et al.'s s4-lra-cifar.yaml (lr 1e-2, batch 50) first, Appendix C.1 grid around it
+    assert space["scratch"]["points"][0] == {"optim.lr": 1e-2, "optim.batch_size": 50}
+    assert {1e-2, 1e-3, 5e-4, 1e-4} <= set(space["scratch"]["params"]["optim.lr"])
     assert runner.plain_point(space, "finetune") == ["optim.lr=0.001", "optim.batch_size=512"]
-    assert runner.plain_point(space, "scratch") == ["optim.lr=0.001", "optim.batch_size=8"]
+    assert runner.plain_point({"scratch": {"params": {"optim.lr": [1e-3, 1e-4], "optim.batch_size": [8]}}},
+                              "scratch") == ["optim.lr=0.001", "optim.batch_size=8"]
 
 
 def test_a_rerun_must_ask_for_the_same_grid(tmp_path):
@@ -159,7 +165,8 @@ def fake_run(run_dir, stage, test_metric, seconds):
     config.dump(config.load(None, TINY, stage=stage), run_dir / "config.yaml")
     checkpoints.write_json_atomic({"status": "completed", "metric": "accuracy", "best_val": test_metric,
                                    "best_step": 10, "test_metric": test_metric, "steps": 10,
-                                   "train_seconds": seconds, "flops_estimate": 1.0, "n_params": 1234},
+                                   "train_seconds": seconds, "eval_seconds": 0.0, "train_flops": 1e9 * seconds,
+                                   "eval_flops": 0.0, "n_params": 1234},
                                   run_dir / "result.json")
 
 
@@ -178,9 +185,11 @@ def test_report_from_synthetic_results_builds_table_csv_and_pngs(tmp_path):
     paths = report.write(tmp_path)
     table = paths["table"].read_text()
     # Scratch over seeds 0, 1: 40 and 42 -> 41.00 ± 1.41, 3 device-seconds, the paper's value beside it;
-    # SPT at fraction 0.1: 51 and 52; its seconds include pretraining (5 + 2). Avg. over the two columns.
-    assert "| S4 | 41.00 ± 1.41 · 3.0 s [paper 60] | 41.00 ± 1.41 · 3.0 s [paper 60] | 41.00 |" in table
-    assert "| S4 + Masked SPT | 51.50 ± 0.71 · 7.0 s | 60.50 ± 0.71 · 7.0 s | 56.00 |" in table
+    # SPT at fraction 0.1: 51 and 52; its seconds and FLOPs include pretraining (5 + 2). Avg. over the two columns.
+    assert "| S4 | 41.00 ± 1.41 · 3.0 s · 3.0 GFLOP [paper 60] | 41.00 ± 1.41 · 3.0 s · 3.0 GFLOP [paper 60] | " \
+           "41.00 |" in table
+    assert ("| S4 + Masked SPT | 51.50 ± 0.71 · 7.0 s · 7.0 GFLOP | 60.50 ± 0.71 · 7.0 s · 7.0 GFLOP | "
+            "56.00 |") in table
     for png in paths["plots"]:
         assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
     assert {p.name for p in paths["plots"]} == {"bars.png", "sizes.png", "shares.png"}
@@ -194,7 +203,8 @@ def test_fraction_report_computes_relative_gain(tmp_path):
     paths = report.write(tmp_path)
     table = paths["table"].read_text()
     # fraction 1.0: SPT 0.6 vs scratch 0.4 -> +20 points paired (one seed: no interval), +50.0% relative
-    assert "| 1 | 40.00 · 3.0 s [paper 60] | 60.00 · 7.0 s | +20.00 (n=1, no interval) · +50.0% rel. |" in table
+    assert ("| 1 | 40.00 · 3.0 s · 3.0 GFLOP [paper 60] | 60.00 · 7.0 s · 7.0 GFLOP | "
+            "+20.00 (n=1, no interval) · +50.0% rel. |") in table
     assert [p.name for p in paths["plots"]] == ["fractions.png"]
 
 

@@ -1,6 +1,8 @@
 """Pretrain -> finetune on every kind of task input/output, with small synthetic tasks:
 continuous channels (mask-indicator column dropped at finetune), regression (R²), paired retrieval."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -57,7 +59,7 @@ def test_pretrain_then_finetune(tmp_path, task, model):
 def test_mask_indicator_column_is_dropped_at_finetune(tmp_path, monkeypatch):
     cfg = config.load(None, TINY + ["task.name=toy-signal", f"run.out_dir={tmp_path}"])
     pre = train.pretrain(cfg)
-    weight = checkpoints.load(tmp_path / "pretrain-toy-signal-transformer-s0" / "best.pt")["model"][
+    weight = checkpoints.load(Path(pre["run_dir"]) / "best.pt")["model"][
         "backbone.encoder.embed.weight"]
     assert weight.shape == (16, 3)  # 2 channels + the mask indicator
     seen = {}

@@ -1,6 +1,7 @@
 """The trainer: loss regression, exact resume, finetune from the pretrained backbone, failures."""
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -25,8 +26,10 @@ def test_pretraining_loss_decreases_and_result_is_complete(tmp_path):
     assert last < first and first < math.log(18) + 0.5
     assert result["history"][-1]["val_loss"] < math.log(18) - 0.15
     assert 0.0 <= result["test_metric"] <= 1.0 and result["best_step"] in (20, 40)
-    assert (tmp_path / "pretrain-listops-mini-transformer-s0" / "config.yaml").is_file()
-    assert checkpoints.read_json(tmp_path / "pretrain-listops-mini-transformer-s0" / "result.json")["steps"] == 40
+    run_dir = Path(result["run_dir"])
+    assert run_dir.parent == tmp_path and run_dir.name.startswith("pretrain-listops-mini-transformer-s0-")
+    assert (run_dir / "config.yaml").is_file() and (run_dir / "fingerprint.json").is_file()
+    assert checkpoints.read_json(run_dir / "result.json")["steps"] == 40
 
 
 def test_same_seed_same_numbers_on_cpu(tmp_path):
@@ -62,7 +65,7 @@ def test_resume_from_last_reproduces_uninterrupted_run(tmp_path, stage):
 
 def test_finetune_starts_from_pretrained_backbone(tmp_path, monkeypatch):
     pre = train.pretrain(tiny(tmp_path))
-    best = checkpoints.load(tmp_path / "pretrain-listops-mini-transformer-s0" / "best.pt")["model"]
+    best = checkpoints.load(Path(pre["run_dir"]) / "best.pt")["model"]
     loaded = {}
     original = train.load_pretrained_backbone
 
@@ -87,14 +90,14 @@ def test_finetune_from_a_non_run_is_a_user_error(tmp_path):
 def test_non_finite_loss_fails_cleanly(tmp_path):
     result = train.scratch(tiny(tmp_path, "optim.lr=1e30", "optim.warmup_steps=0", "optim.grad_clip=0"))
     assert result["status"] == "failed" and "non-finite loss" in result["reason"]
-    saved = checkpoints.read_json(tmp_path / "scratch-listops-mini-transformer-s0" / "result.json")
+    saved = checkpoints.read_json(Path(result["run_dir"]) / "result.json")
     assert saved["status"] == "failed"
 
 
 def test_causal_objective_makes_the_model_causal(tmp_path):
     result = train.pretrain(tiny(tmp_path, "objective.kind=causal"))
     assert result["metric"] == "next_accuracy" and result["status"] == "completed"
-    saved = config.load(tmp_path / "pretrain-listops-mini-transformer-s0" / "config.yaml")
+    saved = config.load(Path(result["run_dir"]) / "config.yaml")
     assert saved.model.causal and saved.objective.mask_ratio == 0.1 and saved.objective.loss == "ce"
 
 

@@ -117,10 +117,11 @@ def test_searcher_is_seeded():
     assert first == suggestions(search.make_searcher(stage, "brute", seed=3), 9)
 
 
-def test_asha_counts_our_own_steps():
-    scheduler = search.make_scheduler({"grace_period": 4, "reduction_factor": 2}, max_t=16)
-    assert scheduler._time_attr == "step" and scheduler._max_t == 16
-    assert search.make_scheduler(None, 16) is None
+def test_asha_counts_the_budget_fraction():
+    scheduler = search.make_scheduler({"grace_period": 0.125, "reduction_factor": 2})
+    assert scheduler._time_attr == "budget" and scheduler._max_t < 1
+    assert search.rungs({"grace_period": 0.125, "reduction_factor": 2}) == [0.125, 0.25, 0.5]  # none at 1
+    assert search.make_scheduler(None) is None
 
 
 # ----------------------------------------------------------------------------- studies (shared Ray)
@@ -134,7 +135,7 @@ def test_study_direct_path_end_to_end(tmp_path, ray_instance):
 
     # Finetuning started from the best pretraining trial's best checkpoint, and says so.
     pre = [r for r in rows if r["stage"] == "pretrain"]
-    best = max(pre, key=lambda r: r["best_val"])
+    best, _ = results.best_row(rows, "pretrain")
     finetune = next(r for r in rows if r["stage"] == "finetune")
     assert finetune["init_trial"] == best["trial_id"] and finetune["init_step"] == best["best_step"]
     assert finetune["init_checkpoint"] == str(Path(best["run_dir"]) / "best.pt")
@@ -147,7 +148,7 @@ def test_study_direct_path_end_to_end(tmp_path, ray_instance):
     text = results.summary(study_dir)
     assert results.RULE in text and f"tensorboard --logdir {study_dir}" in text and "SPT (pretrain -> finetune)" in text
 
-    # TensorBoard: scalars under the stage's name, one HParams session per trial.
+    # TensorBoard: the same tags in every stage (the stage is in the run's name), one HParams session per trial.
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.backend.event_processing.plugin_event_multiplexer import EventMultiplexer
 
@@ -155,7 +156,8 @@ def test_study_direct_path_end_to_end(tmp_path, ray_instance):
         events = EventAccumulator(str(Path(row["run_dir"]) / "tb"))
         events.Reload()
         tags = events.Tags()["scalars"]
-        assert {f"{row['stage']}/val_metric", f"{row['stage']}/train_loss", "hparams/best_val"} <= set(tags)
+        assert {"val/metric", "val/loss", "train/loss", "test/metric", "hparams/best_val"} <= set(tags)
+        assert events.Scalars("hparams/best_val")[-1].value == pytest.approx(row["best_val"])  # the final one
         assert Path(row["run_dir"]).name.startswith(row["stage"])
     multiplexer = EventMultiplexer()
     multiplexer.AddRunsFromDirectory(str(study_dir))
@@ -272,7 +274,7 @@ def test_torch_trainer_restarts_a_killed_worker_from_its_checkpoint(tmp_path, ra
 def test_asha_stops_only_on_our_steps_and_lets_finishers_finish(tmp_path, ray_instance):
     stages = {"scratch": {"params": {"optim.lr": [3e-3, 1e-3, 3e-4, 1e-5], "optim.batch_size": [8]}}}
     state = new_study(tmp_path, stages, overrides=["optim.max_steps=48", "optim.eval_every=8"], num_samples=4,
-                      asha={"grace_period": 8, "reduction_factor": 2})
+                      asha={"grace_period": 0.16, "reduction_factor": 2})  # rungs 0.16, 0.32, 0.64: evals 8, 16, 32 of 48
     pipeline.run_phase(Path(state["dir"]), state, "scratch", trainable.stage_trainable, verbose=0)
     state["phases"]["scratch"] = "done"
     pipeline.save_state(Path(state["dir"]), state)
@@ -284,7 +286,7 @@ def test_asha_stops_only_on_our_steps_and_lets_finishers_finish(tmp_path, ray_in
 
 def test_choice_of_path():
     assert trainable.choose_path(1, 0) == "direct"
-    assert trainable.choose_path(2, 0) == "train" and trainable.choose_path(1, 1) == "train"
+    assert trainable.choose_path(2, 0) == "train" and trainable.choose_path(1, 2) == "train"
     assert trainable.choose_path(1, 0, "train") == "train"
 
 
@@ -298,7 +300,8 @@ def fake_trial(study_dir, stage, trial_id, lr, result=None, progress=None, init=
                                   run_dir / "trial.json")
     if result:
         checkpoints.write_json_atomic({"status": "completed", "metric": "accuracy", "steps": 8, "best_step": 4,
-                                       "final_val": 0.1, "test_metric": 0.2, "flops_estimate": 1.0, **result},
+                                       "final_val": 0.1, "test_metric": 0.2, "train_seconds": 7.0,
+                                       "eval_seconds": 1.0, "train_flops": 3.0, "eval_flops": 1.0, **result},
                                       run_dir / "result.json")
     if progress:
         checkpoints.write_json_atomic(progress, run_dir / "progress.json")
@@ -317,11 +320,36 @@ def test_results_come_from_the_run_directories(tmp_path):
     assert rows["b"]["selected"] and not rows["a"]["selected"]  # best validation among completed trials
     assert rows["c"]["status"] == "failed" and not rows["d"]["selected"]  # a stopped trial is never selected
     assert rows["d"]["status"] == "stopped" and rows["e"]["status"] == "unfinished"
-    assert rows["a"]["device_seconds"] == 10.0
+    assert rows["a"]["device_seconds"] == 8.0  # training + evaluation
     results.write_csv(list(rows.values()), study / "results.csv")
     assert len((study / "results.csv").read_text().splitlines()) == 6
     text = results.summary(study)
     assert "failed: pretrain c: non-finite loss" in text and results.RULE in text
+
+
+def test_tied_pretraining_trials_are_selected_by_val_loss(tmp_path):
+    """ListOps masked accuracy ties across trials (the frequency of `]`): the lower validation loss wins,
+    and study.json and the summary say so."""
+    study = tmp_path / "study"
+    checkpoints.write_json_atomic({"phases": {"pretrain": "done"}, "stages": {}, "selected": None},
+                                  study / "study.json")
+    tied = {"metric": "masked_accuracy", "best_val": 148 / 1000, "val_targets": 1000}
+    fake_trial(study, "pretrain", "a", 1e-3, dict(tied, best_val_loss=2.58))
+    fake_trial(study, "pretrain", "b", 5e-4, dict(tied, best_val=148 / 1000 * (1 + 1e-15), best_val_loss=2.57))
+    fake_trial(study, "pretrain", "c", 1e-4, dict(tied, best_val=147 / 1000, best_val_loss=2.50))
+    state = checkpoints.read_json(study / "study.json")
+    selected = pipeline.select_pretraining(study, state)
+    assert selected["trial"] == "b" and selected["best_val_loss"] == 2.57
+    assert selected["selected_by"] == "val metric, tie broken by val loss"
+    assert checkpoints.read_json(study / "study.json")["selected"] == selected
+    rows = {r["trial_id"]: r for r in results.collect(study)}
+    assert rows["b"]["selected"] and rows["b"]["selected_by"] == selected["selected_by"]
+    text = results.summary(study)
+    assert "2.5700" in text and "selected by val metric, tie broken by val loss" in text
+    # One more correct token is a better metric, whatever the loss.
+    fake_trial(study, "pretrain", "d", 1e-2, dict(tied, best_val=149 / 1000, best_val_loss=2.9))
+    best, how = results.best_row(results.collect(study), "pretrain")
+    assert best["trial_id"] == "d" and how == "val metric"
 
 
 # ----------------------------------------------------------------------------- CLI

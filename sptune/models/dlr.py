@@ -8,8 +8,14 @@ for any parameter value and the kernel is bounded by sum_n |W_n|, also under ran
 As in the official code, Lambda (N,) is shared by all H channels while W (c, H, N) is per channel; a
 bidirectional layer has two W copies (c = 2) over the same Lambda.
 
-Block: y = K * u + D u -> GELU -> dropout -> Linear(H, 2H) -> GLU (same as S4Layer, Appendix C.1.3:
-"the same values as S4").
+Block: y = K * u + D u -> GELU -> dropout -> Linear(H, 2H) -> GLU, the S4Layer block. The official layer
+(ag1988/dlr src/models/sequence/ss/standalone/dss.py, DSS.output_linear) is Linear(H, H) followed by
+`postact`, None by default, but every DLR config of the paper's own runs sets `postact: glu`
+(IdoAmos/not-from-scratch configs/experiment/lra/dlr-lra-*.yaml), which makes it Linear(H, 2H) -> GLU:
+the block the paper's Table 7 numbers come from.
+
+Optimizer settings as the official layer registers them (DLRKernel.register): Lambda and W at their own lr
+(configs/model/layer/dlr.yaml: lr.Lambda = lr.W = 1e-4) and without weight decay (wd: 0 for W, 0.0 for Lambda).
 """
 
 from __future__ import annotations
@@ -24,26 +30,23 @@ from sptune.errors import UserError
 from . import ssm
 from .s4 import RANDOM_INIT_STD, SSMConvBlock, tag_ssm_param
 
-# ag1988/dlr configs/model/layer/dlr.yaml: Lambda_init "omega" with dt in [1e-4, 1e-1]
-DLR_DT_MIN, DLR_DT_MAX = 1e-4, 1e-1
-
-
 class DLRLayer(SSMConvBlock):
     """Diagonal linear RNN layer. d_state N complex modes (1024 by default, as the official DLR layer).
 
     init="structured" (ag1988/dlr Lambda_init="omega"): log Lambda_n = -dt_n/2 + 2 pi i n / N with
-    dt_n log-uniform in [1e-4, 1e-1], i.e. Lambda_n spread over the N-th roots of unity just inside the
-    unit circle; W ~ N(0, 1/N^2) per real and imaginary part (official W_scale = 1/N).
+    dt_n log-uniform in [dt_min, dt_max] (official defaults 1e-4, 1e-1), i.e. Lambda_n spread over the N-th
+    roots of unity just inside the unit circle; W ~ N(0, 1/N^2) per real and imaginary part (W_scale = 1/N).
     init="random": log_lambda_re_sqrt, log_lambda_im, W and D ~ N(0, 0.1^2) (Appendix C.1.3).
+    ssm_lr: the lr of Lambda and W (official 1e-4); None = the optimizer's lr. Both never get weight decay.
     """
 
     def __init__(self, d_model: int, d_state: int = 1024, bidirectional: bool = True, init: str = "structured",
-                 ssm_lr: float | None = 1e-3, dropout: float = 0.0):
+                 dt_min: float = 1e-4, dt_max: float = 1e-1, ssm_lr: float | None = 1e-4, dropout: float = 0.0):
         super().__init__(d_model, bidirectional, dropout)
         if init not in ("structured", "random"):
             raise UserError(f"unknown init {init!r}; expected 'structured' or 'random'")
         N = d_state
-        dt = ssm.log_uniform((N,), DLR_DT_MIN, DLR_DT_MAX)  # (N,)
+        dt = ssm.log_uniform((N,), dt_min, dt_max)  # (N,)
         self.log_lambda_re_sqrt = nn.Parameter(torch.sqrt(dt / 2).float())  # (N,) Re log Lambda = -dt/2
         self.log_lambda_im = nn.Parameter(2 * math.pi * torch.arange(N, dtype=torch.float) / N)  # (N,)
         self.W = nn.Parameter(torch.randn(self.channels, d_model, N, 2) / N)  # (c, H, N, 2) complex as pairs
@@ -52,7 +55,7 @@ class DLRLayer(SSMConvBlock):
             with torch.no_grad():
                 for p in (self.log_lambda_re_sqrt, self.log_lambda_im, self.W, self.D):
                     p.normal_(0.0, RANDOM_INIT_STD)
-        for p in (self.log_lambda_re_sqrt, self.log_lambda_im):
+        for p in (self.log_lambda_re_sqrt, self.log_lambda_im, self.W):
             tag_ssm_param(p, ssm_lr)
 
     def ssm_params(self):
@@ -64,6 +67,9 @@ class DLRLayer(SSMConvBlock):
         """(channels, H, L) convolution kernel."""
         log_lambda, W = self.ssm_params()
         return ssm.dlr_kernel(log_lambda, W, L)
+
+    def kernel_flops(self, L: int) -> float:
+        return ssm.dlr_kernel_flops(self.channels, self.d_model, self.log_lambda_im.shape[0], L)
 
     def _scan(self, u, channel: int):
         """Causal output of kernel channel `channel` by the recurrence x_t = Lambda x_{t-1} + u_t (Eq. 3)."""

@@ -34,7 +34,8 @@ def tag_ssm_param(param: nn.Parameter, ssm_lr: float | None) -> None:
 class SSMConvBlock(nn.Module):
     """What S4Layer and DLRLayer share: the D skip, the output mix, and conv vs recurrent evaluation.
 
-    Subclasses define `kernel(L) -> (channels, H, L)` and `_scan(u, channel) -> (B, H, L)`, the causal SSM
+    Subclasses define `kernel(L) -> (channels, H, L)`, `kernel_flops(L)` (its forward FLOPs, for
+    sptune.flops) and `_scan(u, channel) -> (B, H, L)`, the causal SSM
     output of one kernel channel computed by the explicit recurrence.
     """
 
@@ -133,6 +134,12 @@ class S4Layer(SSMConvBlock):
         if self.mode == "dplr":
             return ssm.dplr_kernel(dt, A, P, B, C, L, backend=self.backend)
         return ssm.diag_kernel(dt, A, B, C, L, disc="zoh")
+
+    def kernel_flops(self, L: int) -> float:
+        H, N = self.A_real.shape  # N/2 stored pairs
+        if self.mode == "dplr":
+            return ssm.dplr_kernel_flops(self.channels, H, N, L)
+        return ssm.diag_kernel_flops(self.channels, H, N, L)
 
     def _scan(self, u, channel: int):
         """Causal SSM output of kernel channel `channel` by the recurrence x_t = dA x_{t-1} + dB u_t."""

@@ -189,6 +189,43 @@ def dlr_kernel(log_lambda, W, L: int):
     return (W @ powers).real  # (c, H, L)
 
 
+# ----------------------------------------------------------------------------------------------------
+# FLOPs of kernel generation (forward, real flops), priced here because they are complex arithmetic that
+# torch's FlopCounterMode prices as real (matmuls) or not at all (elementwise ops, pykeops, linalg.solve);
+# sptune.flops adds them to the counted FLOPs. A complex multiply is 4 real multiplies + 2 adds, a complex
+# multiply-accumulate one more complex add; a complex exponential or reciprocal is priced as one complex
+# multiply (what x^l = x^(l-1) x or conj(z) / |z|^2 cost). The kernels' FFTs are FFT ops: the counter
+# counts those (sptune.flops). Terms of order H N (discretization) or c H L (Woodbury) are left out.
+COMPLEX_MUL = 6
+COMPLEX_MAC = 8
+
+
+def diag_kernel_flops(channels: int, H: int, N: int, L: int) -> float:
+    """diag_kernel (S4D Vandermonde): the (H, N, L) power table dA^l, then sum_n (C dB)[c,h,n] dA[h,n]^l.
+    N = stored conjugate pairs."""
+    return H * N * L * (COMPLEX_MUL + channels * COMPLEX_MAC)
+
+
+def dlr_kernel_flops(channels: int, H: int, N: int, L: int) -> float:
+    """dlr_kernel: the (N, L) power table Lambda^l (Lambda shared across H), then W (cH, N) @ (N, L)."""
+    return COMPLEX_MUL * N * L + COMPLEX_MAC * channels * H * N * L
+
+
+def dplr_kernel_flops(channels: int, H: int, N: int, L: int) -> float:
+    """dplr_kernel (S4) as implemented here, per channel h with the dense state M = 2N (N stored pairs):
+        bilinear dA, dB: LU of (I - dt/2 A) (M^3/3) + triangular solves for M + 1 right-hand sides (M^2 each)
+        dA^L: matrix_power by repeated squaring, (bit_length(L) - 1) squarings + (popcount(L) - 1) products
+        C~ = C (I - dA^L): channels x M^2
+        Cauchy sums (S4 Alg. 1) at the L//2 + 1 roots of unity: per (pole, node) the reciprocal
+        1 / (a - b w) (2 complex multiplies) and 2 (channels + 1) multiply-accumulates (Woodbury terms).
+    """
+    M, F = 2 * N, L // 2 + 1
+    products = (L.bit_length() - 1) + (bin(L).count("1") - 1)
+    dense = M**3 / 3 + M**2 * (M + 1) + products * M**3 + channels * M**2
+    cauchy = M * F * (2 * COMPLEX_MUL + 2 * (channels + 1) * COMPLEX_MAC)
+    return H * (COMPLEX_MAC * dense + cauchy)
+
+
 def resolve_backend(backend: str) -> str:
     """'auto' | 'keops' | 'torch' -> the Cauchy backend used ('keops' when pykeops imports), logged once."""
     if backend == "auto":

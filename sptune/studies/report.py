@@ -8,8 +8,9 @@ Terms:
     arm     what a cell measures: "scratch" (scratch stage), "masked" / "causal" (SPT: the selected
             pretraining trial -> the selected finetuning trial), or "pretrain" (pretraining only)
     entry   the arms of one table position over seeds: mean ± std of the test metric (measured at the
-            best-validation checkpoint, Appendix C.1) and mean device-seconds of training, where an SPT
-            arm's seconds include its pretraining (so SPT and scratch compare at equal compute, App. D)
+            best-validation checkpoint, Appendix C.1), mean device-seconds and mean FLOPs (sptune.flops) of
+            training and evaluation, where an SPT arm's cost includes its pretraining (so SPT and scratch
+            compare at equal compute, App. D)
     gain    SPT vs scratch at one table position: the mean paired difference over seeds (pairs matched by
             seed) with its 95% Student-t interval, sptune.stats, as `sptune study/compare --seeds` report it
 """
@@ -26,13 +27,15 @@ from typing import Any
 from sptune import stats
 from sptune.config import load as load_config
 from sptune.atomic import write_text as write_text_atomic
+from sptune.results import device_seconds
 from sptune.studies import plots
 from sptune.studies.runner import CELLS_DIR, ERROR_FILE, Plan, cell_rows, load_plan
 
 ARM_SUFFIX = {"scratch": "", "masked": " + Masked SPT", "causal": " + Causal SPT", "pretrain": " (pretrained)"}
-TRIAL_COLUMNS = ["study", "cell", "stage", "trial_id", "selected", "status", "reason", "metric", "best_val",
-                 "best_step", "test_metric", "steps", "train_seconds", "devices", "device_seconds",
-                 "flops_estimate", "n_params", "optim.lr", "optim.batch_size", "run_dir"]
+TRIAL_COLUMNS = ["study", "cell", "stage", "trial_id", "selected", "selected_by", "status", "reason", "metric",
+                 "best_val", "best_val_loss", "best_step", "test_metric", "steps", "train_seconds", "eval_seconds",
+                 "devices", "device_seconds", "train_flops", "eval_flops", "n_params", "optim.lr", "optim.batch_size",
+                 "run_dir"]
 
 
 def row_label(model: str, arm: str) -> str:
@@ -46,7 +49,7 @@ def collect(study_dir: Path, plan: Plan) -> list[dict[str, Any]]:
     for cell in plan.cells:
         for row in cell_rows(cell, study_dir / CELLS_DIR / cell.key):
             row = {**{k: v for k, v in cell.labels.items()}, **row, "study": plan.study, "cell": cell.key}
-            row["device_seconds"] = (row.get("train_seconds") or 0.0) * (row.get("devices") or 1)
+            row["device_seconds"] = device_seconds(row) if row.get("train_seconds") is not None else 0.0
             rows.append(row)
     return rows
 
@@ -78,7 +81,7 @@ def arms(study_dir: Path, plan: Plan, rows: list[dict[str, Any]]) -> list[dict[s
                         "n_params": final.get("n_params"),
                         "device_seconds": sum(r["device_seconds"] for r in runs if r),
                         "search_device_seconds": sum(r["device_seconds"] for r in mine if r["stage"] in chain),
-                        "flops": sum(r.get("flops_estimate") or 0.0 for r in runs if r),
+                        "flops": sum((r.get("train_flops") or 0.0) + (r.get("eval_flops") or 0.0) for r in runs if r),
                         "paper": cell.paper.get(arm), "run_dir": final.get("run_dir")})
     return out
 
@@ -94,7 +97,7 @@ def stage_status(rows: list[dict[str, Any]], chain: tuple[str, ...], errored: bo
 
 
 def entries(arm_rows: list[dict[str, Any]], row_key: str, col_key: str) -> dict[tuple[str, str], dict[str, Any]]:
-    """Group arms (seeds) by (row, column): mean and std of the test metric, mean device-seconds."""
+    """Group arms (seeds) by (row, column): mean and std of the test metric, mean device-seconds and FLOPs."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for arm in arm_rows:
         groups.setdefault((str(arm[row_key]), str(arm[col_key])), []).append(arm)
@@ -106,6 +109,7 @@ def entries(arm_rows: list[dict[str, Any]], row_key: str, col_key: str) -> dict[
         out[key] = {
             "n": len(values), "runs": len(members), "mean": mean, "std": std,
             "seconds": statistics.fmean(m["device_seconds"] for m in members),
+            "flops": statistics.fmean(m["flops"] for m in members),
             "search_seconds": statistics.fmean(m["search_device_seconds"] for m in members),
             "n_params": statistics.fmean(m["n_params"] for m in done) if done else None,
             "metric": next((m["metric"] for m in done), None), "paper": members[0]["paper"],
@@ -138,11 +142,19 @@ def fmt_entry(entry: dict[str, Any] | None, show_paper: bool = True) -> str:
             text += f" ± {fmt_value(entry['std'], entry['metric'])}"
         if entry["n"] != entry["runs"]:
             text += f" ({entry['n']}/{entry['runs']} seeds)"
-        text += f" · {fmt_seconds(entry['seconds'])}"
+        text += f" · {fmt_seconds(entry['seconds'])} · {fmt_flops(entry['flops'])}"
     paper = entry.get("paper")
     if show_paper and paper and paper.get("value") is not None:
         text += f" [paper {paper['value']:g}]"
     return text
+
+
+def fmt_flops(flops: float) -> str:
+    """FLOPs with an SI prefix: 2.3 TFLOP."""
+    for prefix, scale_ in (("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if flops >= scale_:
+            return f"{flops / scale_:.1f} {prefix}FLOP"
+    return f"{flops:.0f} FLOP"
 
 
 def fmt_seconds(seconds: float) -> str:
@@ -308,8 +320,8 @@ def header_lines(plan: Plan, study_dir: Path, arm_rows: list[dict[str, Any]]) ->
               f"- seeds: {', '.join(map(str, seeds))}; " + (
                   "entries are mean ± std over seeds; `pretraining` = its device-seconds" if plan.layout["kind"] ==
                   "kernels" else "entries are mean ± std over seeds of the test metric at the best-validation "
-                  "checkpoint, `· s` = device-seconds of training (SPT includes pretraining), [paper x] = the "
-                  "paper's number for the same entry")]
+                  "checkpoint, `· s · FLOP` = device-seconds and FLOPs of training and evaluation (SPT includes "
+                  "pretraining), [paper x] = the paper's number for the same entry")]
     for name, command in plan.commands.items():
         lines.append(f"- {name}: `{command}`")
     lines += [f"- every trial: `results.csv`; every entry: `summary.csv`; study directory `{study_dir}`", ""]

@@ -105,23 +105,6 @@ def save_plan(study_dir: Path, plan: Plan) -> None:
 
 
 # ----------------------------------------------------------------------------- search spaces
-def search_space(best: dict[str, tuple[float, int]], grid: dict[str, list[Any]],
-                 stages: tuple[str, ...] = STAGE_ORDER) -> dict[str, Any]:
-    """Per-stage grid, with the paper's reported best (lr, batch size) added to it and evaluated first."""
-    space = {}
-    for stage in stages:
-        params = {key: list(values) for key, values in grid.items()}
-        points = []
-        if stage in best:
-            reported = {"optim.lr": best[stage][0], "optim.batch_size": best[stage][1]}
-            for key, value in reported.items():
-                if key in params and value not in params[key]:
-                    params[key].append(value)
-            points.append({key: value for key, value in reported.items() if key in params})
-        space[stage] = {"params": params, "points": points}
-    return space
-
-
 def fixed_space(values: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """A space with one point per stage: the study fixes these values (e.g. Appendix C.1.4)."""
     return {stage: {"params": {k: [v] for k, v in point.items()}, "points": [point]}
@@ -171,18 +154,17 @@ def run_cell_plain(cell: Cell, cell_dir: Path) -> None:
 
 
 def plain_rows(cell: Cell, cell_dir: Path) -> list[dict[str, Any]]:
+    from sptune import results
+
     rows = []
     for stage in [s for s in STAGE_ORDER if s in cell.stages]:
         result = checkpoints.finished_result(cell_dir / stage)
         if result is None:
             continue
         cfg = load_config(cell_dir / stage / "config.yaml")
-        rows.append({"stage": stage, "trial_id": "plain", "selected": True, "devices": 1,
-                     "optim.lr": cfg.optim.lr, "optim.batch_size": cfg.optim.batch_size,
-                     **{k: result.get(k) for k in ("status", "reason", "metric", "best_val", "best_step",
-                                                   "test_metric", "steps", "train_seconds", "flops_estimate",
-                                                   "n_params")},
-                     "run_dir": str(cell_dir / stage)})
+        rows.append({"stage": stage, "trial_id": "plain", "selected": True, "selected_by": "no search",
+                     "devices": 1, "optim.lr": cfg.optim.lr, "optim.batch_size": cfg.optim.batch_size,
+                     **{k: result.get(k) for k in results.RESULT_KEYS}, "run_dir": str(cell_dir / stage)})
     return rows
 
 

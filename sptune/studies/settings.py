@@ -1,17 +1,17 @@
-"""Config overrides of the studies: the paper's per-task models (sptune.studies.paper) and the smoke scale.
+"""Config overrides of the studies: the paper's recipes (sptune.studies.paper.RECIPES) and the smoke scale.
 
-A study script picks (task, model variant, arm) and gets here: the architecture overrides, the
-nuisance search space (the Appendix C.1 grid with the paper's reported best first) and the training
-budget. Smoke runs replace all of it with one tiny, fast setting on the embedded tasks.
+A study script picks (task, recipe variant, arm) and gets here: the recipe's overrides (architecture,
+weight decay, epochs, each stage's lr schedule) and its nuisance search space (Recipe.space: the
+Appendix C.1 grid with the paper's reported best first). Smoke runs replace all of it with one tiny,
+fast setting on the embedded tasks.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sptune.registry import get_task
+from sptune.errors import UserError
 from sptune.studies import paper
-from sptune.studies.runner import search_space
 
 # ----------------------------------------------------------------------------- smoke scale
 # d_model 16, one layer, 15 steps per stage, 32 validation examples: every study in minutes on 2 CPU cores.
@@ -30,9 +30,8 @@ STAND_IN = {"listops": "listops-mini", "text": "listops-mini", "retrieval": "lis
             "speech-commands": "listops-mini", "image": "pathfinder-mini", "pathfinder": "pathfinder-mini",
             "pathx": "pathfinder-mini", "scifar": "pathfinder-mini"}
 
-# Training budget of the real grids: the epochs of the S4 configs for every stage (the paper caps each
-# stage at 200 epochs or 24 h, Appendix C.1). Evaluation / warmup cadence is ours.
-REAL_COMMON = ["optim.eval_every=1000", "optim.warmup_steps=1000"]
+# Ours, not the paper's: validation and checkpoint cadence of the real grids.
+EVAL_EVERY = 1000
 
 
 def as_overrides(values: dict[str, Any]) -> list[str]:
@@ -60,31 +59,20 @@ def column(task: str, paper_task: str, smoke: bool, suffix: str = "") -> str:
 
 
 # ----------------------------------------------------------------------------- the paper's models
-def long_sequence(task: str) -> dict[str, Any]:
-    """§2: for L >= 16K the attention is split into blocks of 4096 attending to themselves and neighbours."""
-    return {"model.attention": "block", "model.block_size": 4096} if get_task(task).seq_len >= 16384 else {}
+def recipe(task: str, variant: str) -> paper.Recipe:
+    if (task, variant) not in paper.RECIPES:
+        known = sorted(v for t, v in paper.RECIPES if t == task)
+        raise UserError(f"the paper reports no '{variant}' model on '{task}'; its models there: {', '.join(known)}")
+    return paper.RECIPES[(task, variant)]
 
 
-def transformer(task: str, variant: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(overrides, search space) of a Table 4 Transformer; variant "masked" / "causal" (†) or "rotary"."""
-    setting = paper.TABLE_4[(task, variant)]
-    model = dict(setting.model) | long_sequence(task) | {"optim.weight_decay": setting.weight_decay}
-    return model, search_space(setting.best, paper.APPENDIX_C1_GRID)
-
-
-def ssm(task: str, model: str, init: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(overrides, search space) of S4 or DLR (Appendix C.1.2-C.1.3), init "structured" or "random"."""
-    arch, scratch_best, _, weight_decay = paper.S4_ARCH[task]
-    values = dict(arch) | {"model.ssm_init": init, "optim.weight_decay": weight_decay}
-    if model == "dlr":
-        values |= paper.DLR_CHANGES
-    rand = "-random" if init == "random" else ""
-    best = dict(paper.TABLE_5.get((task, f"{model}{rand}-spt"), {}))
-    best |= paper.TABLE_5.get((task, f"{model}{rand}"), {})
-    if model == "s4" and init == "structured":
-        best.setdefault("scratch", scratch_best)  # Gu et al.'s own training of S4 from scratch
-    return values, search_space(best, paper.APPENDIX_C1_GRID)
-
-
-def epochs(task: str) -> list[str]:
-    return REAL_COMMON + [f"optim.epochs={paper.S4_ARCH[task][2]}"]
+def real(r: paper.Recipe, epochs: bool = True) -> list[str]:
+    """A recipe's overrides at the paper's scale: model, objective, weight decay, epochs (epochs=False: the
+    study sets optim.max_steps itself), each stage's schedule and warmup. Learning rates and batch sizes
+    come from the cell's search space (Recipe.space)."""
+    shared = r.shared()
+    if not epochs:
+        del shared["optim.epochs"]
+    per_stage = [f"{stage}.{key}={value}" for stage in paper.STAGES for key, value in r.stage_values(stage).items()
+                 if key in ("optim.schedule", "optim.warmup_steps")]
+    return as_overrides(shared) + [f"optim.eval_every={EVAL_EVERY}"] + per_stage

@@ -3,6 +3,7 @@
     sptune study configs/listops_mini_transformer.yaml                  # search space from task/model
     sptune study configs/listops_mini_transformer.yaml --smoke --dir /tmp/smoke
     sptune resume runs/study-listops_mini_transformer                   # after Ctrl-C / a killed driver
+    sptune resume runs/study-listops_mini_transformer --retry-failed    # also rerun crashed trials
     sptune results runs/study-listops_mini_transformer                  # table + results.csv
     sptune study configs/pathfinder_tiny_transformer.yaml --seeds 0 1 2 3 4   # one study per seed + paired CI
 
@@ -57,6 +58,9 @@ def register(subparsers) -> None:
     resume.add_argument("study_dir")
     resume.add_argument("--address", help="Ray cluster to join (default: start a local Ray instance)")
     resume.add_argument("--quiet", action="store_true", help="no Tune progress tables")
+    resume.add_argument("--retry-failed", action="store_true",
+                        help="also rerun crashed trials of finished phases, from their last checkpoint "
+                             "(deterministic failures - out of memory, non-finite loss - are final)")
     resume.set_defaults(func=cmd_resume)
 
     res = subparsers.add_parser("results", help="a study's summary table; rewrites <study dir>/results.csv")
@@ -100,21 +104,21 @@ def cmd_resume(args: argparse.Namespace) -> int:
     state = pipeline.load_state(args.study_dir)
     done = [p for p, s in state["phases"].items() if s == "done"]
     print(f"resuming {state['dir']}" + (f" (done: {', '.join(done)})" if done else ""))
-    return _run(pipeline, Path(state["dir"]), args.address, args.quiet)
+    return _run(pipeline, Path(state["dir"]), args.address, args.quiet, args.retry_failed)
 
 
-def _run(pipeline, study_dir: Path, address: str | None, quiet: bool) -> int:
+def _run(pipeline, study_dir: Path, address: str | None, quiet: bool, retry_failed: bool = False) -> int:
     from sptune import results
 
     try:
-        rows = pipeline.run(study_dir, address=address, verbose=0 if quiet else 1,
+        rows = pipeline.run(study_dir, address=address, verbose=0 if quiet else 1, retry_failed=retry_failed,
                             on_phase=lambda phase: print(f"--- {phase} search", flush=True))
     except KeyboardInterrupt:
         print(f"sptune: interrupted; continue with `sptune resume {study_dir}`", file=sys.stderr)
         return 130
     print()
     print(results.summary(study_dir, rows))
-    return 0 if all(results.best_row(rows, s) for s in results.STAGES) else 1
+    return 0 if all(results.best_row(rows, s)[0] for s in results.STAGES) else 1
 
 
 def _run_seeds(parent: Path, address: str | None, quiet: bool) -> int:

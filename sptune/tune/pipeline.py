@@ -1,14 +1,15 @@
 """The SPT study: a tracked two-stage search plus the scratch baseline, each phase one Ray Tune run.
 
     pretrain   search the pretraining grid
-    finetune   select the best pretraining trial (validation metric) and search the finetuning grid
+    finetune   select the best pretraining trial (validation metric, ties by validation loss) and search
+               the finetuning grid
                from its best checkpoint; every finetune trial records that trial and step
     scratch    search the same task from a random init: the baseline
 
 A study directory holds everything, so `sptune resume <dir>` needs nothing else:
 
     study.json            what was asked (configs per stage, search space, options), phase states,
-                          the selected pretraining trial
+                          the selected pretraining trial and what selected it (selected_by)
     pretrain|finetune|scratch/<run>/   one run directory per trial (see sptune.tune.trainable)
     tune/<phase>/         Ray Tune's experiment state, for Tuner.restore
     train/                Ray Train runs (TorchTrainer path)
@@ -17,6 +18,10 @@ A study directory holds everything, so `sptune resume <dir>` needs nothing else:
 Resume: finished phases are skipped; an interrupted phase is restored with Tuner.restore
 (resume_unfinished, resume_errored): Tune keeps its finished trials and the searcher's state, and
 each unfinished trial continues from its run directory's last.pt (or Tune's copy of it).
+`--retry-failed` also restores finished phases that have crashed trials (sptune.tune.failures).
+
+A GPU study first checks that the cluster has, or its autoscaler can add, nodes with the GPUs a
+trial worker asks for (sptune.tune.resources): otherwise no trial could ever start.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from sptune import checkpoints, results
 from sptune.config import STAGE_NAMES
 from sptune.config import load as load_config
 from sptune.errors import UserError
-from sptune.tune import search
+from sptune.tune import failures, resources, search
 from sptune.tune.trainable import PATHS, TrialSpec, choose_path, stage_trainable, trial_resources
 
 log = logging.getLogger("sptune.tune")
@@ -78,7 +83,8 @@ def create(config_path: str, overrides: list[str], study_dir: str | Path, space_
     if (study_dir / results.STUDY_FILE).is_file():
         raise UserError(f"{study_dir} already holds a study; continue it with `sptune resume {study_dir}` "
                         f"or pass another --dir")
-    overrides = list(overrides) + (SMOKE_OVERRIDES if options.smoke else [])
+    # The smoke settings first: an override on the command line still wins (`--smoke optim.max_steps=40`).
+    overrides = (SMOKE_OVERRIDES if options.smoke else []) + list(overrides)
     stages = {stage: load_config(config_path, overrides, stage=stage).to_dict() for stage in STAGE_NAMES}
     task, model = stages["scratch"]["task"]["name"], stages["scratch"]["model"]["name"]
     space = search.load(space_path or search.default_path(task, model))
@@ -89,7 +95,11 @@ def create(config_path: str, overrides: list[str], study_dir: str | Path, space_
     missing = [s for s in PHASES if s not in space.stages]
     if missing:
         raise UserError(f"{space.path} has no grid for stage(s) {', '.join(missing)}; a study searches all three")
-    resolved = resolve_options(options, space, stages["pretrain"]["optim"]["eval_every"])
+    resolved = resolve_options(options, space)
+    if resolved["asha"]:
+        for phase in PHASES:
+            search.check_rungs(resolved["asha"], step_budgets(stages[phase], space.stages[phase].params),
+                               stages[phase]["optim"]["eval_every"], f"stage {phase}")
     state = {"version": 1, "dir": str(study_dir), "config": str(config_path), "overrides": overrides,
              "stages": stages, "space": space.to_dict(), "options": resolved, "phases": {}, "selected": None,
              "created": time.time()}
@@ -98,7 +108,24 @@ def create(config_path: str, overrides: list[str], study_dir: str | Path, space_
     return state
 
 
-def resolve_options(options: Options, space: search.SearchSpace, eval_every: int) -> dict[str, Any]:
+def step_budgets(stage: dict[str, Any], params: dict[str, Any]) -> dict[int, int]:
+    """The optimizer steps each searched batch size trains for, resolved as run_stage resolves them
+    (optim.epochs x steps per epoch when epochs are set: the task's training split is read for its size)."""
+    optim = stage["optim"]
+    sizes = params.get("optim.batch_size")
+    sizes = sizes if isinstance(sizes, list) else [optim["batch_size"]]
+    if optim["epochs"] <= 0:
+        return {size: optim["max_steps"] for size in sizes}
+    from sptune.data import steps_per_epoch, train_fraction
+    from sptune.registry import get_task
+
+    task = stage["task"]
+    n = len(train_fraction(get_task(task["name"]).load(task["data_dir"] or None, seed=stage["run"]["seed"])["train"],
+                           task["train_fraction"]))
+    return {size: optim["epochs"] * steps_per_epoch(n, size) for size in sizes}
+
+
+def resolve_options(options: Options, space: search.SearchSpace) -> dict[str, Any]:
     """Command-line options over the search-space file's settings over the defaults."""
     if options.train_path not in PATHS:
         raise UserError(f"--train-path {options.train_path!r}; choose one of: {', '.join(PATHS)}")
@@ -108,8 +135,8 @@ def resolve_options(options: Options, space: search.SearchSpace, eval_every: int
         return value if value is not None else resources.get(key, default)
 
     asha = None if options.asha is False else space.asha
-    if options.asha and asha is None:  # --asha without settings in the file: a rung every eval
-        asha = {"grace_period": eval_every, "reduction_factor": 2}
+    if options.asha and asha is None:  # --asha without settings in the file
+        asha = dict(search.DEFAULT_ASHA)
     resolved = {
         "num_samples": SMOKE_SAMPLES if options.smoke else (options.num_samples or space.num_samples),
         "max_concurrent": options.max_concurrent or space.max_concurrent,
@@ -122,9 +149,9 @@ def resolve_options(options: Options, space: search.SearchSpace, eval_every: int
     }
     if resolved["workers"] < 1 or resolved["cpus_per_worker"] <= 0 or resolved["gpus_per_worker"] < 0:
         raise UserError("--workers must be >= 1, --cpus-per-worker > 0 and --gpus-per-worker >= 0")
-    if options.train_path == "direct" and (resolved["workers"] > 1 or resolved["gpus_per_worker"] > 0):
-        raise UserError("--train-path direct runs each trial as one CPU process; multiple workers or GPUs "
-                        "need --train-path train (or auto)")
+    if options.train_path == "direct" and (resolved["workers"] > 1 or resolved["gpus_per_worker"] > 1):
+        raise UserError("--train-path direct runs each trial as one process with at most one GPU; multiple "
+                        "workers or GPUs per worker need --train-path train (or auto)")
     resolved["path"] = choose_path(resolved["workers"], resolved["gpus_per_worker"], options.train_path)
     return resolved
 
@@ -143,7 +170,8 @@ def save_state(study_dir: Path, state: dict[str, Any]) -> None:
 
 def describe_path(options: dict[str, Any]) -> str:
     if options["path"] == "direct":
-        return (f"trials run directly in Ray Tune ({options['cpus_per_worker']:g} CPU each): one CPU worker, "
+        gpus = f", {options['gpus_per_worker']:g} GPU" if options["gpus_per_worker"] else ""
+        return (f"trials run directly in Ray Tune ({options['cpus_per_worker']:g} CPU{gpus} each): one worker, "
                 f"so Ray Train would add only overhead")
     gpus = f", {options['gpus_per_worker']:g} GPU" if options["gpus_per_worker"] else ""
     return (f"trials run under Ray Train's TorchTrainer: {options['workers']} worker(s) x "
@@ -152,9 +180,12 @@ def describe_path(options: dict[str, Any]) -> str:
 
 # ----------------------------------------------------------------------------- running
 def run(study_dir: str | Path, address: str | None = None, verbose: int = 1,
-        trainable: Callable[..., None] = stage_trainable, on_phase: Callable[[str], None] | None = None
-        ) -> list[dict[str, Any]]:
+        trainable: Callable[..., None] = stage_trainable, on_phase: Callable[[str], None] | None = None,
+        retry_failed: bool = False) -> list[dict[str, Any]]:
     """Run (or continue) every phase of a study; returns the results rows (also in results.csv).
+
+    `retry_failed` also reruns, from their last checkpoint, the crashed trials of finished phases
+    (a finished phase keeps its selection: finetuning still starts from the trial chosen before).
 
     `trainable` is the Tune function of each trial (stage_trainable; a test may wrap it), `on_phase`
     is called with the phase name before each phase starts (for progress printing).
@@ -163,8 +194,10 @@ def run(study_dir: str | Path, address: str | None = None, verbose: int = 1,
     state = load_state(study_dir)
     log.info("%s", describe_path(state["options"]))
     with ray_session(study_dir, address):
+        resources.check_cluster(state["options"]["gpus_per_worker"])
         for phase in PHASES:
-            if phase in state["phases"]:  # "done", or "skipped: <why>"
+            if phase in state["phases"] and not (  # "done", or "skipped: <why>"
+                    retry_failed and state["phases"][phase] == "done" and crashed_trials(study_dir, phase)):
                 continue
             if phase == "finetune" and not select_pretraining(study_dir, state):
                 state["phases"]["finetune"] = "skipped: no pretraining trial completed"
@@ -180,14 +213,22 @@ def run(study_dir: str | Path, address: str | None = None, verbose: int = 1,
     return rows
 
 
+def crashed_trials(study_dir: Path, phase: str) -> list[Path]:
+    """Run directories of the phase's trials that crashed after their last retry (error.json)."""
+    stage_dir = study_dir / phase
+    return sorted(p.parent for p in stage_dir.glob(f"*/{failures.ERROR}")) if stage_dir.is_dir() else []
+
+
 def select_pretraining(study_dir: Path, state: dict[str, Any]) -> dict[str, Any] | None:
-    """The best pretraining trial by validation metric; kept in study.json so a resume reuses it."""
+    """The best pretraining trial by validation metric, a tie broken by validation loss (results.best_row);
+    kept in study.json with what selected it, so a resume reuses it."""
     if state.get("selected") is None:
-        best = results.best_row(results.collect(study_dir), "pretrain")
+        best, how = results.best_row(results.collect(study_dir), "pretrain")
         if best is None:
             return None
         state["selected"] = {"trial": best["trial_id"], "run_dir": best["run_dir"], "step": best["best_step"],
-                             "best_val": best["best_val"], "checkpoint": str(Path(best["run_dir"]) / checkpoints.BEST)}
+                             "best_val": best["best_val"], "best_val_loss": best.get("best_val_loss"),
+                             "selected_by": how, "checkpoint": str(Path(best["run_dir"]) / checkpoints.BEST)}
         save_state(study_dir, state)
     return state["selected"]
 
@@ -217,7 +258,7 @@ def run_phase(study_dir: Path, state: dict[str, Any], phase: str, trainable: Cal
         stage_space = search.parse({"stages": {phase: state["space"]["stages"][phase]}}).stages[phase]
         tuner = tune.Tuner(fn, tune_config=tune.TuneConfig(
             search_alg=search.make_searcher(stage_space, options["sampler"], options["seed"]),
-            scheduler=search.make_scheduler(options["asha"], spec.base["optim"]["max_steps"]),
+            scheduler=search.make_scheduler(options["asha"]),
             num_samples=search.trial_count(stage_space, options["num_samples"]),
             max_concurrent_trials=options["max_concurrent"], reuse_actors=True,
             trial_name_creator=partial(_trial_name, phase),
@@ -227,7 +268,7 @@ def run_phase(study_dir: Path, state: dict[str, Any], phase: str, trainable: Cal
                 failure_config=tune.FailureConfig(max_failures=options["max_failures"]),
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
                 # Tune's own TensorBoard logger is left out: the study's TensorBoard runs are the trials'.
-                callbacks=[JsonLoggerCallback(), CSVLoggerCallback()]))
+                callbacks=[JsonLoggerCallback(), CSVLoggerCallback(), failures.make_outcomes_callback(spec)]))
     tuner.fit()
 
 

@@ -17,6 +17,7 @@ continuous range use TPE. Either way `UniqueOptunaSearch` refuses a point that a
 
 from __future__ import annotations
 
+import importlib.resources
 import itertools
 import logging
 import math
@@ -36,10 +37,16 @@ from sptune.errors import UserError
 
 METRIC = "best_val"  # every trial reports its running best validation metric under this name
 MODE = "max"  # validation metrics here are accuracy / R2: higher is better
-TIME_ATTR = "step"  # our own optimizer step: Tune's iteration counters restart when a trial is restored
+# ASHA's clock: the fraction of its own resolved budget (optim.epochs or optim.max_steps) a trial has
+# trained. Optimizer steps would compare a batch-8 trial with a batch-128 one after 16x less data;
+# this is our own counter (from the step), not Tune's iterations, which restart when a trial is restored.
+TIME_ATTR = "budget"
+# ASHA's max_t, just under the whole budget: ASHA puts a rung at max_t when the rungs reach it, and a
+# trial judged at its last eval would be stopped before its test evaluation.
+FULL_BUDGET = 1.0 - 1e-9
 SAMPLERS = ("auto", "brute", "tpe")
 RANGES = ("loguniform", "uniform")
-REPO_ROOT = Path(__file__).resolve().parents[2]
+SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the checkout's root when sptune runs from one
 
 
 @dataclass
@@ -66,7 +73,7 @@ class SearchSpace:
     max_concurrent: int = 2
     seed: int = 0
     sampler: str = "auto"
-    asha: dict[str, Any] | None = None  # {grace_period, reduction_factor}: early stopping, off when absent
+    asha: dict[str, Any] | None = None  # {grace_period (budget fraction), reduction_factor}: off when absent
     resources: dict[str, float] = field(default_factory=dict)  # workers, cpus_per_worker, gpus_per_worker
 
     def to_dict(self) -> dict[str, Any]:
@@ -76,13 +83,23 @@ class SearchSpace:
 
 
 def default_path(task: str, model: str) -> Path:
-    """search_spaces/<task>/<model>.yaml, looked up from the working directory, then the source tree."""
-    relative = Path("search_spaces") / task / f"{model}.yaml"
-    for candidate in (relative, REPO_ROOT / relative):
-        if candidate.is_file():
-            return candidate
-    raise UserError(f"no search space for task '{task}' / model '{model}' ({relative} not found); "
+    """search_spaces/<task>/<model>.yaml: from the working directory, else from the source checkout sptune
+    runs from (PYTHONPATH or the study scripts, not installed), else the copy installed with the package
+    (package data sptune.search_spaces: a wheel, an editable install, a cluster node)."""
+    relative = Path(task) / f"{model}.yaml"
+    for root in (Path("search_spaces"), SOURCE_ROOT / "search_spaces", installed_search_spaces()):
+        if root is not None and (root / relative).is_file():
+            return root / relative
+    raise UserError(f"no search space for task '{task}' / model '{model}' (search_spaces/{relative} not found); "
                     f"pass one with --search-space")
+
+
+def installed_search_spaces() -> Path | None:
+    """The search_spaces directory installed as package data (pyproject.toml), or None when not installed."""
+    try:
+        return Path(str(importlib.resources.files("sptune.search_spaces")))
+    except ModuleNotFoundError:
+        return None
 
 
 def load(path: str | Path) -> SearchSpace:
@@ -168,14 +185,42 @@ def check_value(where: str, key: str, value: Any) -> None:
         raise UserError(f"{where}.params.{key}: {exc}") from None
 
 
+DEFAULT_ASHA = {"grace_period": 0.125, "reduction_factor": 2.0}  # rungs at 1/8, 1/4, 1/2 of the budget
+
+
 def _asha(path: str, spec: Any) -> dict[str, Any]:
     spec = {} if spec is True else spec
     if not isinstance(spec, dict) or set(spec) - {"grace_period", "reduction_factor"}:
-        raise UserError(f"{path}: asha takes grace_period (steps) and reduction_factor")
-    out = {"grace_period": int(spec.get("grace_period", 1)), "reduction_factor": float(spec.get("reduction_factor", 2))}
-    if out["grace_period"] < 1 or out["reduction_factor"] <= 1:
-        raise UserError(f"{path}: asha needs grace_period >= 1 and reduction_factor > 1")
+        raise UserError(f"{path}: asha takes grace_period (a fraction of each trial's budget) and reduction_factor")
+    out = {key: float(spec.get(key, default)) for key, default in DEFAULT_ASHA.items()}
+    if not 0 < out["grace_period"] < 1 or out["reduction_factor"] <= 1:
+        raise UserError(f"{path}: asha needs 0 < grace_period < 1 (a fraction of each trial's budget, e.g. 0.125) "
+                        f"and reduction_factor > 1")
     return out
+
+
+def rungs(asha: dict[str, Any]) -> list[float]:
+    """ASHA's rungs as fractions of a trial's budget: grace_period x reduction_factor^k below 1."""
+    out, rung = [], asha["grace_period"]
+    while rung < FULL_BUDGET:
+        out.append(rung)
+        rung *= asha["reduction_factor"]
+    return out
+
+
+def check_rungs(asha: dict[str, Any], max_steps: dict[int, int], eval_every: int, where: str) -> None:
+    """Every rung must be met by an eval of every trial before the next rung (and before its last
+    step): else trials are compared after unequal work, or judged at their final eval and stopped
+    before testing. `max_steps` maps each searched batch size to its resolved step budget."""
+    levels = rungs(asha)
+    for batch_size, steps in sorted(max_steps.items()):
+        evals = [s / steps for s in range(eval_every, steps, eval_every)]  # the final eval is no rung
+        for low, high in zip(levels, levels[1:] + [1.0]):
+            if not any(low <= e < high for e in evals):
+                raise UserError(
+                    f"{where}: ASHA's rung at {low:.4g} of the budget has no eval before {high:.4g} for "
+                    f"optim.batch_size={batch_size} ({steps} steps, an eval every {eval_every}); lower "
+                    f"optim.eval_every or raise asha.grace_period")
 
 
 def trial_count(stage: StageSpace, requested: int) -> int:
@@ -218,13 +263,13 @@ def _quiet_exhausted_grid(record: logging.LogRecord) -> bool:
     return "Study.stop" not in record.getMessage()
 
 
-def make_scheduler(asha: dict[str, Any] | None, max_t: int):
+def make_scheduler(asha: dict[str, Any] | None):
     if not asha:
         return None  # FIFO: every trial runs to its last step
-    # stop_last_trials=False: a trial that reaches max_t ends by itself, after its test evaluation
-    # (ASHA would stop it at its last eval report, before the trainer writes its result).
-    return ASHAScheduler(time_attr=TIME_ATTR, metric=METRIC, mode=MODE, max_t=max_t,
-                         grace_period=min(asha["grace_period"], max_t), reduction_factor=asha["reduction_factor"],
+    # stop_last_trials=False: a trial that reaches its full budget ends by itself, after its test
+    # evaluation (ASHA would stop it at its last eval report, before the trainer writes its result).
+    return ASHAScheduler(time_attr=TIME_ATTR, metric=METRIC, mode=MODE, max_t=FULL_BUDGET,
+                         grace_period=asha["grace_period"], reduction_factor=asha["reduction_factor"],
                          stop_last_trials=False)
 
 

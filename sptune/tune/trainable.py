@@ -1,9 +1,9 @@
 """One trial = one stage run (`sptune.train.run_stage`) inside Ray Tune, by one of two paths:
 
-    direct  one CPU worker: the stage function runs in the Tune trial process itself; each eval is
+    direct  one worker, at most one GPU: the stage function runs in the Tune trial process itself; each eval is
             reported with `ray.tune.report` and a checkpoint, restored with `ray.tune.get_checkpoint`.
             Ray Train would add a controller and a worker actor (~12 s a trial here) and nothing else.
-    train   N workers and/or GPUs: the trial launches a `TorchTrainer` (DDP: gloo on CPU, nccl on
+    train   N workers or several GPUs: the trial launches a `TorchTrainer` (DDP: gloo on CPU, nccl on
             GPU) under a deterministic run name, so a retried trial resumes that Train run from its
             latest checkpoint; workers report with `ray.train.report`, and `TuneReportCallback`
             forwards the metrics to Tune (`ray.train.report` may not be called in a Tune function).
@@ -27,10 +27,11 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from sptune import checkpoints
 from sptune.config import Config, from_dict, merge
+from sptune.tune.failures import ERROR
 
 log = logging.getLogger("sptune.tune")
 
@@ -57,7 +58,7 @@ class TrialSpec:
     cpus_per_worker: float = 1.0
     gpus_per_worker: float = 0.0
     max_failures: int = 2  # Ray Train's own retries of a worker group (train path)
-    init: dict[str, Any] | None = None  # finetune: the selected pretraining trial {trial, run_dir, step, best_val}
+    init: dict[str, Any] | None = None  # finetune: the selected pretraining trial (pipeline.select_pretraining)
     hparam_domains: dict[str, list[Any]] = field(default_factory=dict)  # grids, for TensorBoard HParams
 
     @property
@@ -67,15 +68,16 @@ class TrialSpec:
 
 
 def choose_path(workers: int, gpus_per_worker: float, forced: str = "auto") -> str:
-    """direct for one CPU worker (Train adds nothing there), the TorchTrainer otherwise."""
+    """direct for one worker with at most one GPU (Train adds nothing there: Ray already gives the
+    trial process its GPU in CUDA_VISIBLE_DEVICES), the TorchTrainer otherwise."""
     if forced != "auto":
         return forced
-    return "direct" if workers == 1 and gpus_per_worker == 0 else "train"
+    return "direct" if workers == 1 and gpus_per_worker <= 1 else "train"
 
 
 def trial_resources(spec: TrialSpec) -> dict[str, float]:
     if spec.path == "direct":
-        return {"CPU": spec.cpus_per_worker}
+        return {"CPU": spec.cpus_per_worker, **({"GPU": spec.gpus_per_worker} if spec.gpus_per_worker else {})}
     return dict(DRIVER_RESOURCES)  # the TorchTrainer reserves the workers' CPUs/GPUs itself
 
 
@@ -113,14 +115,34 @@ def stage_trainable(params: dict[str, Any], spec: TrialSpec) -> None:
     cfg = trial_config(spec, params)
     init_from = Path(spec.init["run_dir"]) if spec.init else None
     if spec.path == "direct":
-        restore_files(tune.get_checkpoint(), run_dir)
-        with attempt(run_dir, spec, trial_id, params) as clock:
-            result = run_stage(cfg, spec.stage, init_from, report_to_tune(clock), run_dir)
-    else:
-        with attempt(run_dir, spec, trial_id, params) as clock:
+        restore_files(tune.get_checkpoint(), run_dir)  # before attempt(): it records the step resumed from
+    with attempt(run_dir, spec, trial_id, params) as clock:
+        write_hparams(run_dir, spec, params, {"status": "running"})  # listed in TensorBoard however it ends
+        if spec.path == "direct":
+            result = run_guarded(cfg, spec.stage, init_from, report_to_tune(clock), run_dir)
+        else:
             result = run_under_torch_trainer(cfg, spec, run_dir, trial_id, init_from)
-    write_hparams(run_dir, spec, params, result)
+    write_hparams(run_dir, spec, params, result, result.get("steps"))
     tune.report(final_metrics(result, clock.total()))
+
+
+def run_guarded(cfg: Config, stage: str, init_from: Path | None, on_eval: Any, run_dir: Path) -> dict[str, Any]:
+    """run_stage on the device this Ray process was given; a deterministic failure (GPUs torch cannot
+    use, CUDA out of memory, a damaged or another model's checkpoint) ends the trial as `failed` with its reason instead of raising, since a
+    retry would fail the same way (sptune.tune.failures)."""
+    from sptune.tune import failures, resources
+
+    device, reason = resources.trial_device(cfg.run.device)
+    if reason is None:
+        cfg.run.device = device
+        try:
+            return run_stage(cfg, stage, init_from, on_eval, run_dir)
+        except Exception as exc:
+            reason = failures.deterministic_reason(exc)
+            if reason is None:
+                raise
+    log.error("%s failed: %s", run_dir.name, reason)
+    return failures.failed_result(run_dir, stage, reason)
 
 
 def run_stage(*args: Any) -> dict[str, Any]:
@@ -131,10 +153,13 @@ def run_stage(*args: Any) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- reporting
 def eval_metrics(record: dict[str, Any], wall_seconds: float) -> dict[str, Any]:
-    """What Tune sees after each eval; `step` is ours (monotonic across restores), for ASHA and plots."""
-    return {"step": record["step"], "best_val": record["best_metric"], "best_step": record["best_step"],
-            "val_metric": record["val_metric"], "val_loss": record["val_loss"], "train_loss": record["train_loss"],
-            "lr": record["lr"], "tokens_per_s": record["tokens_per_s"], "wall_seconds": wall_seconds}
+    """What Tune sees after each eval; `step` and `budget` (the fraction of the resolved budget done,
+    ASHA's clock) are ours: monotonic across restores."""
+    return {"step": record["step"], "budget": record["step"] / record["max_steps"], "best_val": record["best_metric"],
+            "best_val_loss": record["best_loss"], "best_step": record["best_step"], "val_metric": record["val_metric"],
+            "val_loss": record["val_loss"], "train_loss": record["train_loss"], "lr": record["lr"],
+            "tokens_per_s": record["tokens_per_s"], "train_seconds": record["train_seconds"],
+            "eval_seconds": record["eval_seconds"], "wall_seconds": wall_seconds}
 
 
 def final_metrics(result: dict[str, Any], wall_seconds: float | None = None) -> dict[str, Any]:
@@ -217,6 +242,10 @@ def attempt(run_dir: Path, spec: TrialSpec, trial_id: str, params: dict[str, Any
         "init": spec.init, "attempts": []}
     progress = checkpoints.read_json(run_dir / PROGRESS) if (run_dir / PROGRESS).is_file() else {}
     clock = Clock(progress.get("wall_seconds", 0.0))
+    # A new attempt: the last crash is no longer the trial's outcome.
+    (run_dir / ERROR).unlink(missing_ok=True)
+    for old in (run_dir / "tb").glob(f"*{HPARAMS_END}"):
+        old.unlink()
     record["attempts"].append({"start_step": _resume_step(run_dir), "started": time.time(),
                                "node_id": ray.get_runtime_context().get_node_id(),
                                "hostname": socket.gethostname(), "pid": os.getpid()})
@@ -230,23 +259,57 @@ def attempt(run_dir: Path, spec: TrialSpec, trial_id: str, params: dict[str, Any
 
 def _resume_step(run_dir: Path) -> int:
     last = run_dir / checkpoints.LAST
-    return int(checkpoints.load(last)["state"]["step"]) if last.is_file() else 0
+    if not last.is_file():
+        return 0
+    try:
+        return int(checkpoints.load(last, keys=("state",))["state"]["step"])
+    except checkpoints.UnusableCheckpoint:
+        return 0  # only a record here; run_stage fails the trial on this file, with the reason
 
 
-def write_hparams(run_dir: Path, spec: TrialSpec, params: dict[str, Any], result: dict[str, Any]) -> None:
-    """One HParams session per trial in its tb/ directory, next to the stage's scalars."""
+HPARAMS_END = ".sptune-end"  # suffix of the event file holding a trial's outcome; a new attempt deletes it
+# A trial's outcome as TensorBoard's HParams session status (ASHA's stop is no failure).
+SESSION_STATUS = {"completed": "STATUS_SUCCESS", "stopped": "STATUS_SUCCESS", "failed": "STATUS_FAILURE"}
+
+
+def write_hparams(run_dir: Path, spec: TrialSpec, params: dict[str, Any], result: dict[str, Any],
+                  step: int | None = None) -> None:
+    """One HParams session per trial in its tb/ directory, next to the stage's scalars.
+
+    TensorBoard keeps the first session record of a run and the latest value of each metric. So the
+    session (its hparams) is written when the trial starts: every trial is listed, however it ends;
+    its outcome (status, final metrics at its last step) when it ends, in an event file of its own
+    (HPARAMS_END) that a later attempt (a retry, --retry-failed) deletes before writing its own."""
+    from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
+    from tensorboard.plugins.hparams.api_pb2 import Status
+    from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData, SessionEndInfo
     from torch.utils.tensorboard import SummaryWriter
+    from torch.utils.tensorboard.summary import hparams as hparams_summaries
 
-    hparams = dict(params, stage=spec.stage, path=spec.path, status=result["status"])
-    if spec.init:
-        hparams["init_trial"] = spec.init["trial"]
     nan = float("nan")
     metrics = {"hparams/best_val": result.get("best_val") if result.get("best_val") is not None else nan,
                "hparams/final_val": result.get("final_val") if result.get("final_val") is not None else nan,
                "hparams/test_metric": result.get("test_metric", nan), "hparams/best_step": result.get("best_step", -1)}
-    domains = {k: v for k, v in spec.hparam_domains.items() if k in params}
-    with SummaryWriter(str(run_dir / "tb")) as writer:
-        writer.add_hparams(hparams, metrics, hparam_domain_discrete=domains or None, run_name=".")
+    if result["status"] == "running":
+        hparams = dict(params, stage=spec.stage, path=spec.path)
+        if spec.init:
+            hparams["init_trial"] = spec.init["trial"]
+        domains = {k: v for k, v in spec.hparam_domains.items() if k in params}
+        experiment, session_start, _ = hparams_summaries(hparams, metrics, domains or None)
+        with SummaryWriter(str(run_dir / "tb")) as writer:
+            for summary in (experiment, session_start):
+                writer.file_writer.add_summary(summary)
+        return
+    content = HParamsPluginData(version=0, session_end_info=SessionEndInfo(
+        status=Status.Value(SESSION_STATUS[result["status"]])))
+    session_end = Summary(value=[Summary.Value(tag="_hparams_/session_end_info", metadata=SummaryMetadata(
+        plugin_data=SummaryMetadata.PluginData(plugin_name="hparams", content=content.SerializeToString())))])
+    for old in (run_dir / "tb").glob(f"*{HPARAMS_END}"):
+        old.unlink()
+    with SummaryWriter(str(run_dir / "tb"), filename_suffix=HPARAMS_END) as writer:
+        writer.file_writer.add_summary(session_end)
+        for tag, value in metrics.items():
+            writer.add_scalar(tag, value, step or 0)
 
 
 # ----------------------------------------------------------------------------- the TorchTrainer path
@@ -301,7 +364,9 @@ def train_worker(loop_config: dict[str, Any]) -> None:
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(path))
 
     init_from = Path(loop_config["init_from"]) if loop_config["init_from"] else None
-    run_stage(from_dict(loop_config["cfg"]), loop_config["stage"], init_from, on_eval, run_dir)
+    # A deterministic failure returns normally (after rank 0 wrote result.json): raising would make
+    # Train restart the worker group max_failures times, to fail the same way.
+    run_guarded(from_dict(loop_config["cfg"]), loop_config["stage"], init_from, on_eval, run_dir)
 
 
 def _step_wall(run_dir: Path) -> float:

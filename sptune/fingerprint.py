@@ -1,0 +1,100 @@
+"""A run directory belongs to one config: its fingerprint, recorded before anything else is written.
+
+    fingerprint.json   {"hash": 16 hex digits, "fields": {"stage": ..., "optim.lr": ..., "init.run_dir": ...}}
+
+The fields are everything that changes a run's numbers: the stage, the resolved config minus
+BOOKKEEPING, and for finetuning the pretraining run it starts from (its directory and its own
+fingerprint). The hash is the sha256 of their canonical JSON; its first digits name default run
+directories, so two configs never share one by accident. Resuming a directory is allowed only
+when the fingerprints agree; otherwise the error names the differing fields and the ways out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sptune import atomic, checkpoints
+from sptune.config import Config
+from sptune.config import load as load_config
+from sptune.errors import UserError
+
+FILE = "fingerprint.json"
+CONFIG = "config.yaml"
+# Config fields that cannot make a run another experiment: where the run lives (out_dir, name), what
+# it shows (progress) and whether an existing run is continued (resume, itself guarded by this
+# fingerprint). num_threads only reorders float reductions (last-bit differences); a Ray trial sets
+# it from its CPU reservation. run.device and run.precision are NOT here: they change the numbers.
+BOOKKEEPING = ("run.out_dir", "run.name", "run.progress", "run.resume", "run.num_threads")
+# Shown in a mismatch message; the rest are counted.
+MAX_LISTED = 6
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    fields: dict[str, Any]
+
+    @property
+    def digest(self) -> str:
+        canonical = json.dumps(self.fields, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    @property
+    def short(self) -> str:
+        """Six hex digits: the suffix of default run-directory names."""
+        return self.digest[:6]
+
+
+def of(cfg: Config, stage: str, init_dir: Path | None = None) -> Fingerprint:
+    """The fingerprint of a resolved config run as `stage` (from the pretraining run `init_dir`)."""
+    fields: dict[str, Any] = {"stage": stage, **config_fields(cfg)}
+    if init_dir is not None:
+        fields["init.run_dir"] = str(Path(init_dir).resolve())
+        fields["init.fingerprint"] = recorded(init_dir).digest
+    return Fingerprint(fields)
+
+
+def config_fields(cfg: Config) -> dict[str, Any]:
+    flat = {f"{section}.{name}": value for section, values in cfg.to_dict().items() for name, value in values.items()}
+    # Through JSON, so a fresh fingerprint compares equal to one read back from fingerprint.json (tuples).
+    return json.loads(json.dumps({k: v for k, v in flat.items() if k not in BOOKKEEPING}))
+
+
+def recorded(run_dir: Path) -> Fingerprint | None:
+    """The fingerprint a run directory holds. A directory from before fingerprints has only its
+    config.yaml: its config fields are the fingerprint (stage and init unknown). None if neither."""
+    run_dir = Path(run_dir)
+    if (run_dir / FILE).is_file():
+        return Fingerprint(checkpoints.read_json(run_dir / FILE)["fields"])
+    if (run_dir / CONFIG).is_file():
+        return Fingerprint(config_fields(load_config(run_dir / CONFIG)))
+    return None
+
+
+def differences(old: Fingerprint, new: Fingerprint) -> list[str]:
+    """`optim.lr: 0.001 -> 0.0005` for each field both know and disagree on. A field only one side
+    has was added or removed by a code change, not by the user's config, so it is not compared."""
+    return [f"{key}: {json.dumps(old.fields[key])} -> {json.dumps(new.fields[key])}"
+            for key in sorted(old.fields.keys() & new.fields.keys()) if old.fields[key] != new.fields[key]]
+
+
+def check(run_dir: Path, new: Fingerprint) -> None:
+    """Raise a one-line UserError when `run_dir` already belongs to another config."""
+    old = recorded(run_dir)
+    if old is None:
+        return
+    changed = differences(old, new)
+    if not changed:
+        return
+    listed = "; ".join(changed[:MAX_LISTED]) + (f"; and {len(changed) - MAX_LISTED} more"
+                                               if len(changed) > MAX_LISTED else "")
+    raise UserError(f"run directory {run_dir} holds a run of another config ({listed}); pick a new "
+                    f"run.name=... for this config, or pass --restart to start that run over (deletes its "
+                    f"checkpoints, result and tb/)")
+
+
+def write(run_dir: Path, fp: Fingerprint) -> None:
+    atomic.write_json(Path(run_dir) / FILE, {"hash": fp.digest, "fields": fp.fields})

@@ -1,0 +1,123 @@
+"""GPUs and the Ray cluster: a GPU study needs a cluster that has GPUs or can add them, and a trial
+that holds GPUs trains on them (or fails with the reason), one that holds none trains on CPU.
+
+    check_cluster(gpus_per_worker)   the driver, before any trial: a one-line UserError when no node
+                                     has, and no autoscaler node type offers, that many GPUs
+    trial_device(requested)          in a trial: the run.device to train with, or why it cannot
+
+Ray hands out GPUs as a resource count; whether torch can use them is another matter (a CPU build of
+torch, a missing driver). Without these checks a GPU trial on a CUDA-less torch trains on CPU without
+a word, and a GPU study on a GPU-less cluster waits forever while Train retries its start-up.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sptune.errors import UserError
+
+log = logging.getLogger("sptune.tune")
+
+
+# ----------------------------------------------------------------------------- the trial's device
+def trial_device(requested: str) -> tuple[str, str | None]:
+    """(run.device, None) to train with in this Ray trial or Train worker, or (requested, reason)."""
+    import ray
+    import torch
+
+    return choose_device(requested, [str(i) for i in ray.get_gpu_ids()], torch.cuda.is_available(),
+                         torch.__version__)
+
+
+def choose_device(requested: str, gpu_ids: list[str], cuda_available: bool,
+                  torch_version: str = "") -> tuple[str, str | None]:
+    """GPUs held -> cuda (run.device=cpu still trains on CPU: an explicit choice); none held -> cpu,
+    so a CPU trial on a GPU node never takes a GPU another trial reserved."""
+    if requested == "cpu":
+        return "cpu", None
+    if gpu_ids:
+        if cuda_available:
+            return "cuda", None
+        return requested, (f"this trial holds GPU {','.join(gpu_ids)} but torch {torch_version} sees no CUDA "
+                           f"device (a CPU build of torch, or no NVIDIA driver on this node); install torch's "
+                           f"CUDA build on the GPU nodes, or set run.device=cpu to train on CPU anyway")
+    if requested == "cuda":
+        return requested, ("run.device=cuda but this trial holds no GPU; give trials GPUs with "
+                           "--gpus-per-worker 1 (or resources.gpus_per_worker in the search space)")
+    return "cpu", None
+
+
+# ----------------------------------------------------------------------------- the cluster
+def check_cluster(gpus_per_worker: float) -> None:
+    """Stop a GPU study up front when its trials could never start (see module docstring)."""
+    if gpus_per_worker <= 0:
+        return
+    import ray
+
+    nodes = [node.get("Resources", {}).get("GPU", 0.0) for node in ray.nodes() if node.get("Alive")]
+    if max(nodes, default=0.0) >= gpus_per_worker:
+        return
+    types = autoscaler_node_types()
+    if types is None:
+        # An autoscaler we cannot read (its monitor runs on another machine) may still add GPU nodes.
+        log.warning("no node has %g GPU(s) yet; waiting for the autoscaler to add one", gpus_per_worker)
+        return
+    offered = {name: spec["resources"].get("GPU", 0) for name, spec in types.items()
+               if spec.get("max_workers", 0) > 0}
+    if max(offered.values(), default=0) >= gpus_per_worker:
+        return
+    where = f"its autoscaler's node types offer {_describe(offered)}" if types else "it has no autoscaler"
+    raise UserError(f"each trial worker needs {gpus_per_worker:g} GPU(s), but no node of this Ray cluster has "
+                    f"that many (largest: {max(nodes, default=0.0):g}) and {where}; start a GPU cluster "
+                    f"(cluster.yaml) and pass --address, or run on CPU with --gpus-per-worker 0")
+
+
+def _describe(offered: dict[str, float]) -> str:
+    return ", ".join(f"{name}: {gpus:g} GPU" for name, gpus in offered.items()) or "no worker nodes"
+
+
+def autoscaler_node_types() -> dict[str, dict[str, Any]] | None:
+    """{node type: {resources, max_workers}} the cluster's autoscaler can add; {} when it has no
+    autoscaler; None when that cannot be told from here.
+
+    Autoscaler v2 publishes its config in the GCS. The default (v1) one does not, but every Ray head
+    runs a monitor process, with --autoscaling-config=<file> when it autoscales (~/ray_bootstrap_config.yaml
+    under `ray up`; `ray.init()` and a plain `ray start --head` have none); a driver on the head
+    (`ray job submit`, a local study, a test) can read its command line."""
+    import ray
+    import ray._private.state
+
+    config = ray._private.state.state.get_cluster_config()
+    if config is not None and config.node_group_configs:
+        return {group.name: {"resources": dict(group.resources), "max_workers": group.max_count}
+                for group in config.node_group_configs}
+    cmdline = _monitor_cmdline(ray.get_runtime_context().gcs_address)
+    if cmdline is None:
+        return None
+    path = next((Path(m.group(1)).expanduser() for arg in cmdline
+                 if (m := re.fullmatch(r"--autoscaling-config=(.+)", arg))), None)
+    if path is None:
+        return {}
+    types = yaml.safe_load(path.read_text()).get("available_node_types") or {}
+    return {name: {"resources": dict(spec.get("resources") or {}), "max_workers": spec.get("max_workers", 0)}
+            for name, spec in types.items()}
+
+
+def _monitor_cmdline(gcs_address: str) -> list[str] | None:
+    """The command line of this cluster's monitor process when it runs on this machine (Linux /proc)."""
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            args = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        # By port: the host part may be another name of this machine (127.0.0.1 vs its address).
+        port = gcs_address.rsplit(":", 1)[-1]
+        if any(a.endswith("autoscaler/_private/monitor.py") for a in args) and \
+                any(a.startswith("--gcs-address=") and a.endswith(f":{port}") for a in args):
+            return args
+    return None

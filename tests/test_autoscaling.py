@@ -1,0 +1,199 @@
+"""Autoscaling and node loss on Ray's fake multi-node provider: cluster.yaml's node types on one machine.
+
+`RAY_FAKE_CLUSTER=1 ray start --head --autoscaling-config=<file>` with `provider: fake_multinode` runs
+the real autoscaler, which starts and stops worker nodes as local raylets. The config is built from
+cluster.yaml's node types (read from the file) with resources scaled to this 2-core machine: CPUs
+divided by the GPU worker's CPU count (4 -> 1), GPU counts kept. A fake node advertises GPUs it does
+not have, so the trials (which request what the paper's search spaces request, scaled the same way:
+1 CPU + 1 GPU) hold a GPU that torch cannot see: they run with run.device=cpu, the explicit choice
+the GPU check allows (with run.device=auto such a trial fails at once, as the last check here shows).
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from ray.autoscaler._private.fake_multi_node.node_provider import FAKE_HEAD_NODE_ID
+from ray_fixtures import CONFIG, REPO, sptune_env
+from test_cluster import free_ports
+
+from sptune import checkpoints, results
+from sptune.tune import pipeline, search, trainable
+
+pytestmark = pytest.mark.slow
+
+IDLE_MINUTES = 0.2  # idle workers go after 12 s (cluster.yaml: 10 minutes)
+
+
+def fake_cluster_config(gcs_address: str) -> tuple[dict, float]:
+    """cluster.yaml's node types for the fake provider, and the CPU scale applied to them."""
+    cluster = yaml.safe_load((REPO / "cluster.yaml").read_text())
+    types = cluster["available_node_types"]
+    workers = {name: spec for name, spec in types.items() if name != cluster["head_node_type"]}
+    scale = 1 / max(spec["resources"]["CPU"] for spec in workers.values())
+    fake = {
+        # The fake provider names its head node type ray.head.default.
+        "ray.head.default": {"resources": {"CPU": types[cluster["head_node_type"]]["resources"]["CPU"] * scale},
+                             "node_config": {}, "max_workers": 0},
+        **{name: {"resources": {"CPU": spec["resources"]["CPU"] * scale, "GPU": spec["resources"].get("GPU", 0),
+                                "object_store_memory": 100_000_000},
+                  "node_config": {}, "min_workers": spec.get("min_workers", 0), "max_workers": spec["max_workers"]}
+           for name, spec in workers.items()},
+    }
+    config = {
+        "cluster_name": "sptune-fake", "max_workers": cluster["max_workers"], "upscaling_speed": 1.0,
+        "idle_timeout_minutes": IDLE_MINUTES, "head_node_type": "ray.head.default", "available_node_types": fake,
+        "provider": {"type": "fake_multinode", "use_node_id_as_ip": True, "disable_node_updaters": True,
+                     "disable_launch_config_check": True, "gcs_address": gcs_address},
+        "auth": {}, "docker": {}, "file_mounts": {}, "cluster_synced_files": [], "file_mounts_sync_continuously": False,
+        "rsync_exclude": [], "rsync_filter": [], "initialization_commands": [], "setup_commands": [],
+        "head_setup_commands": [], "worker_setup_commands": [], "head_start_ray_commands": [],
+        "worker_start_ray_commands": [],
+    }
+    return config, scale
+
+
+def worker_raylets(tag: str) -> dict[str, int]:
+    """{node id: raylet pid} of the fake worker nodes alive now (the provider gives each an id in its environment)."""
+    out = {}
+    for pid in pipeline.ray_processes(tag):
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            exe = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+        except OSError:
+            continue
+        node = [e.split(b"=", 1)[1].decode() for e in env if e.startswith(b"RAY_OVERRIDE_NODE_ID_FOR_TESTING=")]
+        if exe.endswith(b"/raylet") and node and node[0] != FAKE_HEAD_NODE_ID:
+            out[node[0]] = pid
+    return out
+
+
+def kill_node(raylet: int) -> None:
+    """SIGKILL a fake node at once: its raylet and every process under it (the trial's worker among
+    them), as when a machine disappears. A worker whose raylet alone died could finish its trial first."""
+    tree, children = [raylet], {}
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            children.setdefault(int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1]), []).append(int(proc.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    for pid in tree:
+        tree += children.get(pid, [])
+    for pid in tree:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_autoscaling_study_survives_losing_a_worker_node(tmp_path):
+    temp_dir = Path(tempfile.mkdtemp(prefix="spf-", dir="/tmp"))  # short: Ray's socket paths have a length limit
+    tag = f"sptune-test-fake-{os.getpid()}"
+    gcs_port, dashboard_port, client_port = free_ports(3)
+    config, scale = fake_cluster_config(f"127.0.0.1:{gcs_port}")
+    (tmp_path / "fake.yaml").write_text(yaml.safe_dump(config))
+    space = search.load(REPO / "search_spaces" / "listops" / "transformer.yaml").resources  # a paper search space
+    cpus, gpus = space["cpus_per_worker"] * scale, space["gpus_per_worker"]
+    env = sptune_env(SPTUNE_RAY_TAG=tag, RAY_AUTH_MODE="disabled", RAY_FAKE_CLUSTER="1",
+                     AUTOSCALER_UPDATE_INTERVAL_S="1")
+    study_dir = tmp_path / "study"
+    try:
+        started = time.time()
+        head = subprocess.run(
+            [str(Path(sys.executable).parent / "ray"), "start", "--head", "--node-ip-address=127.0.0.1",
+             f"--port={gcs_port}", f"--dashboard-port={dashboard_port}", f"--ray-client-server-port={client_port}",
+             f"--num-cpus={int(config['available_node_types']['ray.head.default']['resources']['CPU'])}",
+             "--object-store-memory=100000000", "--disable-usage-stats", f"--temp-dir={temp_dir}",
+             f"--autoscaling-config={tmp_path / 'fake.yaml'}",
+             # Node loss must not hide behind Ray's slow default health checks (~30 s to declare a node dead).
+             '--system-config={"health_check_period_ms":1000,"health_check_timeout_ms":1000,'
+             '"health_check_failure_threshold":3}'],
+            env=env, capture_output=True, text=True, timeout=120)
+        assert head.returncode == 0, head.stdout[-2000:] + head.stderr[-2000:]
+        assert worker_raylets(tag) == {}  # min_workers: 0
+
+        # No node type offers 2 GPUs per node: the study stops before any trial, naming the node types.
+        proc = subprocess.run(
+            [sys.executable, "-m", "sptune.cli", "study", str(CONFIG), "--smoke", "--quiet",
+             "--dir", str(tmp_path / "two"), "--address", f"127.0.0.1:{gcs_port}", "--gpus-per-worker", "2"],
+            env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and "node types offer gpu_worker: 1 GPU" in proc.stderr, proc.stderr[-2000:]
+        assert not (tmp_path / "two" / "pretrain").exists()
+
+        # Pretraining is long enough (40 steps, an eval every 4) to lose its node in the middle.
+        study = subprocess.Popen(
+            [sys.executable, "-m", "sptune.cli", "study", str(CONFIG), "--smoke", "--quiet", "--dir", str(study_dir),
+             "--address", f"127.0.0.1:{gcs_port}", "--cpus-per-worker", f"{cpus:g}", "--gpus-per-worker", f"{gpus:g}",
+             "run.device=cpu", "pretrain.optim.max_steps=40"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        most_workers, killed = 0, None
+        deadline = time.monotonic() + 240
+        while study.poll() is None and time.monotonic() < deadline:
+            most_workers = max(most_workers, len(worker_raylets(tag)))
+            if killed is None:
+                for run_dir in sorted((study_dir / "pretrain").glob("pretrain-*")):
+                    progress = run_dir / "progress.json"
+                    if progress.is_file() and checkpoints.read_json(progress)["step"] >= 12:
+                        node = checkpoints.read_json(run_dir / "trial.json")["attempts"][-1]["node_id"]
+                        killed = (run_dir, node, checkpoints.read_json(progress)["step"])
+                        kill_node(worker_raylets(tag)[node])
+                        break
+            time.sleep(0.2)
+        output = study.communicate(timeout=60)[0]
+        assert study.returncode == 0, output[-4000:]
+        assert "waiting for the autoscaler" not in output  # the GPU check read the autoscaler's node types
+
+        # Scale-up: the cluster started with no worker; the autoscaler added GPU workers while trials
+        # waited (2 at once: the search space runs 2 trials concurrently), and every trial ran on one.
+        rows = results.collect(study_dir)
+        assert len(rows) == 3 * pipeline.SMOKE_SAMPLES and all(r["status"] == "completed" for r in rows), output[-3000:]
+        assert most_workers >= 2
+        for row in rows:
+            for attempt in checkpoints.read_json(Path(row["run_dir"]) / "trial.json")["attempts"]:
+                assert attempt["node_id"].startswith("fffff") and attempt["node_id"] != FAKE_HEAD_NODE_ID
+                assert attempt["started"] > started
+
+        # Node loss: the trial continued from its last checkpoint on another node, every eval once.
+        assert killed is not None, "no pretraining trial reached step 12"
+        run_dir, dead_node, seen = killed
+        trial = checkpoints.read_json(run_dir / "trial.json")
+        assert [a["node_id"] for a in trial["attempts"]][0] == dead_node
+        assert len(trial["attempts"]) == 2 and trial["attempts"][1]["node_id"] != dead_node
+        assert trial["attempts"][1]["start_step"] >= seen > 0  # from its last checkpoint, not from step 0
+        history = checkpoints.read_json(run_dir / "result.json")["history"]
+        assert [h["step"] for h in history] == list(range(4, 41, 4))
+
+        # ...and its numbers are those of an uninterrupted run of the same config (plain run_stage).
+        state = pipeline.load_state(study_dir)
+        spec = pipeline.trial_spec(study_dir, state, "pretrain")
+        for row in (r for r in rows if r["stage"] == "pretrain"):
+            params = checkpoints.read_json(Path(row["run_dir"]) / "trial.json")["params"]
+            plain = trainable.run_stage(trainable.trial_config(spec, params), "pretrain", None, None,
+                                        tmp_path / "plain" / Path(row["run_dir"]).name)
+            assert (row["best_val"], row["best_step"], row["test_metric"], row["steps"]) == \
+                (plain["best_val"], plain["best_step"], plain["test_metric"], plain["steps"])
+
+        # A trial that holds a GPU torch cannot see, with run.device=auto, fails at once with the reason.
+        proc = subprocess.run(
+            [sys.executable, "-m", "sptune.cli", "study", str(CONFIG), "--smoke", "--quiet",
+             "--dir", str(tmp_path / "auto"), "--address", f"127.0.0.1:{gcs_port}", "--cpus-per-worker", f"{cpus:g}", "--gpus-per-worker", f"{gpus:g}",
+             "--num-samples", "1"], env=env, capture_output=True, text=True, timeout=180)
+        assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+        rows = results.collect(tmp_path / "auto")
+        assert rows and all(r["status"] == "failed" and r["attempts"] == 1 and "sees no CUDA device" in r["reason"]
+                            for r in rows)
+
+        # Scale-down: idle workers are removed (idle_timeout_minutes) once the study is done.
+        deadline = time.monotonic() + 90
+        while worker_raylets(tag) and time.monotonic() < deadline:
+            time.sleep(1)
+        assert worker_raylets(tag) == {}, "idle workers were not removed"
+    finally:
+        pipeline.stop_processes(pipeline.ray_processes(tag))
+        subprocess.run(["rm", "-rf", str(temp_dir)])

@@ -1,0 +1,76 @@
+"""Installed sptune (a wheel, an editable install) finds its search spaces without a checkout to lean on."""
+
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tomllib
+import venv
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+# Where the demo task's default search space resolves, and where the installed package data is.
+PROBE = ("from sptune.tune import search; print(search.default_path('listops-mini', 'transformer').resolve()); "
+         "print(search.installed_search_spaces().resolve())")
+
+
+def test_every_sptune_package_is_listed_for_the_wheel():
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    code = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "sptune").rglob("*.py")}
+    assert set(setuptools["packages"]) == code | {"sptune.search_spaces"}
+    assert setuptools["package-dir"] == {"sptune.search_spaces": "search_spaces"}
+    assert (REPO / "search_spaces" / "__init__.py").is_file()  # a regular package: editable installs import it
+
+
+def source_copy(tmp_path: Path) -> Path:
+    """What a build needs, copied: building in the checkout would leave build/ and *.egg-info behind."""
+    src = tmp_path / "src"
+    ignore = shutil.ignore_patterns("__pycache__")
+    for name in ("sptune", "search_spaces"):
+        shutil.copytree(REPO / name, src / name, ignore=ignore)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    return src
+
+
+def pip(*args: str, cwd: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def probe(python: str, cwd: Path, env_path: str | None) -> tuple[Path, Path]:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(cwd)}
+    if env_path:
+        env["PYTHONPATH"] = env_path
+    proc = subprocess.run([python, "-c", PROBE], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    default, installed = proc.stdout.strip().splitlines()[-2:]
+    return Path(default), Path(installed)
+
+
+@pytest.mark.slow  # 15-25 s: two pip installs and a Ray import per probe
+def test_search_spaces_are_package_data_of_a_wheel_and_an_editable_install(tmp_path):
+    src, elsewhere = source_copy(tmp_path), tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    # A wheel installed into a bare directory: the file comes from the installed package, not a checkout.
+    pip("wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "wheel"), str(src), cwd=tmp_path)
+    wheel = next((tmp_path / "wheel").glob("sptune-*.whl"))
+    pip("install", "--no-deps", "--target", str(tmp_path / "site"), str(wheel), cwd=tmp_path)
+    shutil.rmtree(src / "search_spaces")  # nothing to fall back on
+    found, installed = probe(sys.executable, elsewhere, str(tmp_path / "site"))
+    assert installed == tmp_path / "site" / "sptune" / "search_spaces"
+    assert found == installed / "listops-mini" / "transformer.yaml" and found.is_file()
+
+    # An editable install (README, CI) in a fresh environment that sees this one's dependencies only.
+    shutil.copytree(REPO / "search_spaces", src / "search_spaces", ignore=shutil.ignore_patterns("__pycache__"))
+    env = tmp_path / "venv"
+    venv.create(env, with_pip=False)
+    site = Path(sysconfig.get_path("purelib", vars={"base": str(env), "platbase": str(env)}))
+    (site / "dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    pip("install", "--no-deps", "--no-build-isolation", "--target", str(site), "-e", str(src), cwd=tmp_path)
+    found, installed = probe(str(env / "bin" / "python"), elsewhere, None)
+    assert installed == src / "search_spaces" and found == installed / "listops-mini" / "transformer.yaml"
