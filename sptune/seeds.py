@@ -164,7 +164,7 @@ def study_pair(seed: int, study_dir: Path) -> tuple[Pair, str | None]:
     if not (study_dir / results.STUDY_FILE).is_file():
         return Pair(seed, None, None, status="not started"), None
     rows = results.collect(study_dir)
-    best = {stage: results.best_row(rows, stage) for stage in results.STAGES}
+    best = {stage: results.best_row(rows, stage)[0] for stage in results.STAGES}
     metric = (best["scratch"] or best["finetune"] or {}).get("metric")
     state = results.study_state(study_dir)
     missing = [s for s in ("finetune", "scratch") if best[s] is None]
