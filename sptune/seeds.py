@@ -85,8 +85,8 @@ def table(pairs: Sequence[Pair], metric: str | None, title: str = "") -> str:
         lines.append(f"{'mean':>6s} {'':>8s} {spt_mean * k:9.2f} {'':>12s} {sc_mean * k:13.2f}")
         lines.append(f"SPT {spt_mean * k:.2f}{sd(spt_sd)}, scratch {sc_mean * k:.2f}{sd(sc_sd)}")
         p = paired(done)
-        lines.append(f"mean paired gain (SPT - scratch): {stats.format_paired(p, k)}  "
-                     f"[Student-t, {p.n - 1} dof]")
+        lines.append(f"mean paired gain (SPT - scratch): {stats.format_paired(p, k)}"
+                     + (f"  [Student-t, {p.n - 1} dof]" if p.n > 1 else ""))
         if p.half_width is not None:
             lines.append("the 95% interval " + ("excludes 0" if p.excludes_zero else "includes 0: no significant "
                                                 "difference at this number of seeds"))
@@ -168,17 +168,20 @@ def study_pair(seed: int, study_dir: Path) -> tuple[Pair, str | None]:
     metric = (best["scratch"] or best["finetune"] or {}).get("metric")
     state = results.study_state(study_dir)
     missing = [s for s in ("finetune", "scratch") if best[s] is None]
+    phases = state.get("phases", {})
     status = "completed" if not missing else (
-        "no completed " + "/".join(missing) + " trial; phases: "
-        + ", ".join(f"{k} {v}" for k, v in state.get("phases", {}).items()))
+        ("no completed " + "/".join(missing) + " trial; phases: " + ", ".join(f"{k} {v}" for k, v in phases.items()))
+        if phases else "not run yet")
     seconds = sum(r.get("device_seconds") or 0.0 for r in rows)
     get = lambda stage, key: (best[stage] or {}).get(key)  # noqa: E731
     return Pair(seed, get("finetune", "test_metric"), get("scratch", "test_metric"), get("finetune", "best_val"),
                 get("scratch", "best_val"), get("pretrain", "best_val"), seconds, status), metric
 
 
-def report(parent: str | Path, wall_seconds: float | None = None) -> dict[str, Any]:
-    """Rebuild seeds.md, seeds.csv, seeds.png and summary.json of a multi-seed study from its seed studies."""
+def report(parent: str | Path, wall_seconds: float | None = None, plot_path: str | Path | None = None
+           ) -> dict[str, Any]:
+    """Rebuild seeds.md, seeds.csv, seeds.png and summary.json of a multi-seed study from its seed studies
+    (`plot_path`: the plot once more at that path)."""
     from sptune import checkpoints
 
     parent = Path(parent).resolve()
@@ -204,6 +207,8 @@ def report(parent: str | Path, wall_seconds: float | None = None) -> dict[str, A
     paths = {"table": parent / TABLE_FILE, "csv": write_csv(pairs, parent / CSV_FILE),
              "plot": plot(pairs, metric, parent / PLOT_FILE, title=title), "summary": parent / SUMMARY_FILE,
              "text": text, "paired": p}
+    if plot_path is not None:
+        paths["extra_plot"] = plot(pairs, metric, Path(plot_path), title=title)
     return paths
 
 

@@ -57,8 +57,9 @@ def test_multi_seed_study_one_study_per_seed_then_report(tmp_path, ray_instance,
 
     # `sptune report` and `sptune results` rebuild the same summary from the run directories.
     (parent / seeds.PLOT_FILE).unlink()
-    assert main(["report", str(parent)]) == 0
+    assert main(["report", str(parent), "--plot", str(tmp_path / "docs" / "seeds.png")]) == 0
     assert (parent / seeds.PLOT_FILE).is_file() and "mean paired gain" in capsys.readouterr().out
+    assert (tmp_path / "docs" / "seeds.png").read_bytes()[:4] == b"\x89PNG"
     assert main(["results", str(parent)]) == 0 and "seed" in capsys.readouterr().out
     # A second study in the same directory is refused; resuming it is the way on.
     assert main(["study", str(CONFIG), "--seeds", "0", "1", "--dir", str(parent)]) == 2

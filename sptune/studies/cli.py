@@ -1,7 +1,7 @@
 """`sptune report <study dir>`: rebuild a study's table, CSVs and plots from its run directories.
 
     sptune report runs/studies/lra_table
-    sptune report runs/seeds-pathfinder_tiny_transformer     # a `sptune study --seeds` directory
+    sptune report runs/seeds-shapes_tiny_transformer --plot docs/seeds-shapes-tiny.png   # a `study --seeds` dir
 
 Nothing is trained: the report reads plan.json and every cell's result files (a study script
 writes the same report at its end; this regenerates it, e.g. after a resume or a change of layout).
@@ -19,6 +19,8 @@ def register(subparsers) -> None:
                     "written by a script in studies/.")
     report.add_argument("study_dir", help="the study directory (holds plan.json, or seeds.json for "
                                           "`sptune study --seeds`)")
+    report.add_argument("--plot", metavar="PNG", help="seeds study: also write its plot here (e.g. the README's "
+                                                      "docs/seeds-shapes-tiny.png)")
     report.set_defaults(func=cmd_report)
 
 
@@ -26,7 +28,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from sptune import seeds
 
     if seeds.is_seeds_dir(args.study_dir):  # `sptune study --seeds ...`: the paired summary and its plot
-        out = seeds.report(args.study_dir)
+        out = seeds.report(args.study_dir, plot_path=args.plot)
         print(out["text"])
         print(f"table: {out['table']}\nper seed: {out['csv']}\nplot:  {out['plot']}")
         return 0
