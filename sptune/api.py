@@ -21,8 +21,8 @@ from sptune.errors import UserError
 OUTPUTS = ("progress", "verbose", "quiet")
 
 
-def default_dir(config: str | Path, smoke: bool = False) -> Path:
-    return Path("runs") / f"study-{Path(config).stem}{'-smoke' if smoke else ''}"
+def default_dir(config: str | Path, smoke: bool = False, seeds: bool = False) -> Path:
+    return Path("runs") / f"{'seeds' if seeds else 'study'}-{Path(config).stem}{'-smoke' if smoke else ''}"
 
 
 def run_study(config: str | Path, overrides: Sequence[str] = (), dir: str | Path | None = None, *,
@@ -30,11 +30,13 @@ def run_study(config: str | Path, overrides: Sequence[str] = (), dir: str | Path
               max_concurrent: int | None = None, workers: int | None = None, cpus_per_worker: float | None = None,
               gpus_per_worker: float | None = None, asha: bool | None = None, sampler: str | None = None,
               seed: int | None = None, max_failures: int = 2, train_path: str = "auto", logger: str = "tensorboard",
-              address: str | None = None, output: str = "progress") -> Path:
+              address: str | None = None, output: str = "progress", seeds: Sequence[int] | None = None) -> Path:
     """Create a study (see `sptune study --help` for each option) and run it; returns its directory.
 
     `config` is a YAML file, `overrides` section.field=value strings; `dir` defaults to
-    runs/study-<config name>. Raises UserError for a bad option, before any Ray work.
+    runs/study-<config name> (runs/seeds-<config name> with `seeds`). `seeds`: the same study once per
+    seed (one study directory each) and the paired SPT - scratch gain with its 95% CI (sptune.tune.seeds).
+    Raises UserError for a bad option, before any Ray work.
     """
     from sptune.tune import pipeline
 
@@ -45,7 +47,16 @@ def run_study(config: str | Path, overrides: Sequence[str] = (), dir: str | Path
                                cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker, asha=asha,
                                sampler=sampler, seed=seed, max_failures=max_failures, train_path=train_path,
                                smoke=smoke, logger=logger)
-    state = pipeline.create(str(config), list(overrides), Path(dir) if dir else default_dir(config, smoke),
+    study_dir = Path(dir) if dir else default_dir(config, smoke, bool(seeds))
+    if seeds:
+        from sptune.tune import seeds as multi
+
+        spec = multi.create(str(config), list(overrides), study_dir, list(seeds),
+                            str(search_space) if search_space else None, options)
+        return _run_seeds(study_dir.resolve(), address, output,
+                          [f"multi-seed study {study_dir.resolve()}: seeds {' '.join(map(str, spec['seeds']))}, "
+                           f"one study directory per seed (seed-<s>/)"])
+    state = pipeline.create(str(config), list(overrides), study_dir,
                             str(search_space) if search_space else None, options)
     header = [f"study {state['dir']}: search space {state['space']['path']}, up to "
               f"{state['options']['num_samples']} trials per stage, {state['options']['max_concurrent']} at once",
@@ -57,9 +68,13 @@ def resume_study(study_dir: str | Path, *, address: str | None = None, output: s
                  retry_failed: bool = False) -> Path:
     """Continue a study whose driver stopped: finished trials are kept, unfinished ones continue;
     `retry_failed` also reruns crashed trials of finished phases from their last checkpoint."""
+    from sptune import seeds
     from sptune.tune import pipeline
 
     _check_output(output)
+    if seeds.is_seeds_dir(study_dir):
+        return _run_seeds(Path(study_dir).resolve(), address, output,
+                          [f"resuming the multi-seed study {Path(study_dir).resolve()}"])
     state = pipeline.load_state(study_dir)
     done = [p for p, s in state["phases"].items() if s == "done"]
     return _run(Path(state["dir"]), address, output,
@@ -89,6 +104,24 @@ def _run(study_dir: Path, address: str | None, mode: str, header: list[str], ret
                      f"{study_dir / plots.PLOTS_DIR}/ ({len(pngs)} PNG)")
         console.line(f"log: {log_path}")
     return study_dir
+
+
+def _run_seeds(parent: Path, address: str | None, mode: str, header: list[str]) -> Path:
+    from sptune import output
+    from sptune.tune import seeds as multi
+
+    log_path = parent / output.LOG_NAME
+    with output.captured(log_path, echo=mode == "verbose", show_trials=mode != "quiet") as console:
+        if mode != "quiet":
+            for line in header + [f"log: {log_path}   (Ray, Tune and every trial's output)"]:
+                console.line(line)
+        out = multi.run(parent, address=address, verbose=1,
+                        on_seed=lambda seed: console.line(f"--- seed {seed}") if mode != "quiet" else None)
+        console.line()
+        console.line(out["text"])
+        console.line(f"table {out['table']}, per seed {out['csv']}, plot {out['plot']}")
+        console.line(f"log: {log_path}")
+    return parent
 
 
 def report(study_dir: str | Path) -> tuple[str, list[Path]]:

@@ -4,6 +4,7 @@
     sptune finetune configs/listops_mini_transformer.yaml --from runs/pretrain-listops-mini-transformer-s0-845c8a
     sptune scratch  configs/listops_mini_transformer.yaml
     sptune compare  configs/listops_mini_transformer.yaml      # scratch vs SPT side by side
+    sptune compare  configs/pathfinder_tiny_transformer.yaml --seeds 0 1 2   # per seed + paired gain, 95% CI
 
 User mistakes (bad values, unknown names, missing data) print one line and exit with code 2.
 """
@@ -47,6 +48,15 @@ def cmd_stage(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    if args.seeds:
+        return compare_seeds(args)
+    results = compare_once(args)
+    print(compare_table(results))
+    return 0 if all(r["status"] == "completed" for r in results.values()) else 1
+
+
+def compare_once(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """scratch, then pretrain -> finetune from its best checkpoint, with the config (+ overrides) as given."""
     from sptune import train
 
     results = {}
@@ -56,8 +66,41 @@ def cmd_compare(args: argparse.Namespace) -> int:
     results["pretrain"] = pre
     if pre["status"] == "completed":
         results["finetune"] = train.finetune(_config(args, "finetune"), pre["run_dir"], restart=args.restart)
-    print(compare_table(results))
-    return 0 if all(r["status"] == "completed" for r in results.values()) else 1
+    return results
+
+
+def compare_seeds(args: argparse.Namespace) -> int:
+    """`compare --seeds 0 1 2`: the single-seed comparison once per seed (run.seed=S, default run names carry
+    the seed), then the paired gain over seeds with its 95% Student-t interval (sptune.seeds / sptune.stats)."""
+    import time
+
+    from sptune import seeds
+
+    if len(set(args.seeds)) != len(args.seeds):
+        raise UserError(f"--seeds needs distinct seeds, got {args.seeds}")
+    if any(o.split("=", 1)[0].endswith("run.seed") for o in args.overrides):
+        raise UserError("pass seeds with --seeds, not a run.seed= override")
+    if any(o.split("=", 1)[0].endswith("run.name") for o in args.overrides):
+        raise UserError("--seeds runs one set of run directories per seed; leave run.name to its default")
+    pairs, metric, base = [], None, list(args.overrides)
+    for seed in args.seeds:
+        start = time.perf_counter()
+        args.overrides = [*base, f"run.seed={seed}"]
+        results = compare_once(args)
+        print(f"--- seed {seed}")
+        print(compare_table(results))
+        ft, sc = results.get("finetune") or {}, results["scratch"]
+        ok = lambda r: r.get("status") == "completed"  # noqa: E731
+        metric = metric or sc.get("metric")
+        pairs.append(seeds.Pair(seed, ft.get("test_metric") if ok(ft) else None,
+                                sc.get("test_metric") if ok(sc) else None, ft.get("best_val") if ok(ft) else None,
+                                sc.get("best_val") if ok(sc) else None, results["pretrain"].get("best_val"),
+                                time.perf_counter() - start,
+                                "completed" if ok(ft) and ok(sc) else "a stage failed"))
+    args.overrides = base
+    print()
+    print(seeds.table(pairs, metric))
+    return 0 if all(p.complete for p in pairs) else 1
 
 
 def compare_table(results: dict[str, dict[str, Any]]) -> str:
@@ -109,6 +152,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "directory (that directory only, and only because you asked) and trains from step 0; "
                             "needed to reuse a run.name that holds another config or a damaged checkpoint"
                             + ("; applies to all three runs" if name == "compare" else ""))
+        if name == "compare":
+            p.add_argument("--seeds", nargs="+", metavar="S",
+                           help="compare once per seed (run.seed=S) and report the mean paired SPT - scratch "
+                                "gain with its 95%% Student-t interval")
         p.set_defaults(func=cmd_compare if name == "compare" else cmd_stage)
     from sptune import data_cli
     from sptune.studies import cli as studies_cli
@@ -129,6 +176,13 @@ def main(argv: list[str] | None = None) -> int:
         if not hasattr(args, "overrides") or any("=" not in item or item.startswith("-") for item in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = [*args.overrides, *extra]
+    if getattr(args, "seeds", None):
+        # `--seeds 0 1 2 optim.lr=1e-3`: the list ends where the section.field=value overrides begin.
+        values = [item for item in args.seeds if "=" not in item]
+        if any(not v.lstrip("-").isdigit() for v in values):
+            parser.error(f"--seeds takes integers, got {' '.join(values)}")
+        args.overrides = [*args.overrides, *(item for item in args.seeds if "=" in item)]
+        args.seeds = [int(v) for v in values]
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:

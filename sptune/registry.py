@@ -12,12 +12,12 @@ from typing import Callable
 from torch import nn
 
 from sptune.config import ModelConfig
-from sptune.tasks import bidmc, hub, listops, lra, pathfinder
+from sptune.tasks import bidmc, hub, listops, lra, pathfinder, shapes
 from sptune.tasks.base import Task
 
 TASKS: dict[str, Task] = {
     t.name: t
-    for t in [listops.LISTOPS, listops.LISTOPS_MINI, *lra.TASKS, *hub.TASKS, *bidmc.TASKS, *pathfinder.TASKS]
+    for t in [listops.LISTOPS, listops.LISTOPS_MINI, *lra.TASKS, *hub.TASKS, *bidmc.TASKS, *pathfinder.TASKS, *shapes.TASKS]
 }
 
 

@@ -14,7 +14,9 @@ from sptune.tune import pipeline, search
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = paper_files.shipped()
 DEMO = {"configs/listops_mini_transformer.yaml", "search_spaces/listops-mini/transformer.yaml",
-        "search_spaces/listops-mini/s4.yaml"}  # the embedded demo task's hand-written files
+        "search_spaces/listops-mini/s4.yaml",  # the embedded demo tasks' hand-written files
+        "configs/shapes_tiny_transformer.yaml", "search_spaces/shapes-tiny/transformer.yaml",
+        "configs/pathfinder_tiny_transformer.yaml", "search_spaces/pathfinder-tiny/transformer.yaml"}
 IDS = [f"{task}/{model}" for task, model in SHIPPED]
 
 

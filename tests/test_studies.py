@@ -202,9 +202,19 @@ def test_fraction_report_computes_relative_gain(tmp_path):
     write_synthetic_study(tmp_path, plan)
     paths = report.write(tmp_path)
     table = paths["table"].read_text()
-    # fraction 1.0: SPT 0.6 vs scratch 0.4 -> +50.0%
-    assert "| 1 | 40.00 · 3.0 s · 3.0 GFLOP [paper 60] | 60.00 · 7.0 s · 7.0 GFLOP | +50.0% |" in table
+    # fraction 1.0: SPT 0.6 vs scratch 0.4 -> +20 points paired (one seed: no interval), +50.0% relative
+    assert ("| 1 | 40.00 · 3.0 s · 3.0 GFLOP [paper 60] | 60.00 · 7.0 s · 7.0 GFLOP | "
+            "+20.00 (n=1, no interval) · +50.0% rel. |") in table
     assert [p.name for p in paths["plots"]] == ["fractions.png"]
+
+
+def test_fraction_report_gain_is_paired_by_seed_with_a_t_interval(tmp_path):
+    plan = synthetic_plan([0, 1, 2], layout={"kind": "fraction"})
+    write_synthetic_study(tmp_path, plan)
+    table = report.write(tmp_path)["table"].read_text()
+    # fraction 1.0, seeds 0..2: SPT 0.60/0.61/0.62, scratch 0.40/0.42/0.44 -> gains 20, 19, 18 points:
+    # mean 19, sd 1, t_{0.975,2} = 4.3027 -> half-width 4.3027 / sqrt(3) = 2.48
+    assert "+19.00 ± 2.48 (95% CI [+16.52, +21.48], n=3)" in table
 
 
 def test_report_marks_missing_runs(tmp_path):

@@ -11,6 +11,8 @@ Terms:
             best-validation checkpoint, Appendix C.1), mean device-seconds and mean FLOPs (sptune.flops) of
             training and evaluation, where an SPT arm's cost includes its pretraining (so SPT and scratch
             compare at equal compute, App. D)
+    gain    SPT vs scratch at one table position: the mean paired difference over seeds (pairs matched by
+            seed) with its 95% Student-t interval, sptune.stats, as `sptune study/compare --seeds` report it
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from sptune import stats
 from sptune.config import load as load_config
 from sptune.atomic import write_text as write_text_atomic
 from sptune.results import device_seconds
@@ -102,9 +105,9 @@ def entries(arm_rows: list[dict[str, Any]], row_key: str, col_key: str) -> dict[
     for key, members in groups.items():
         done = [m for m in members if m["test"] is not None]
         values = [m["test"] for m in done]
+        mean, std = stats.mean_std(values)
         out[key] = {
-            "n": len(values), "runs": len(members), "mean": statistics.fmean(values) if values else None,
-            "std": statistics.stdev(values) if len(values) > 1 else None,
+            "n": len(values), "runs": len(members), "mean": mean, "std": std,
             "seconds": statistics.fmean(m["device_seconds"] for m in members),
             "flops": statistics.fmean(m["flops"] for m in members),
             "search_seconds": statistics.fmean(m["search_device_seconds"] for m in members),
@@ -226,9 +229,24 @@ def relative_gain(scratch: dict[str, Any] | None, spt: dict[str, Any] | None) ->
     return (spt["mean"] - scratch["mean"]) / scratch["mean"]
 
 
+def paired_gain(scratch: dict[str, Any] | None, spt: dict[str, Any] | None) -> stats.Paired | None:
+    """SPT - scratch paired by seed (seeds where both arms finished), with its 95% Student-t interval."""
+    if not scratch or not spt:
+        return None
+    base = {m.get("seed"): m["test"] for m in scratch["members"] if m["test"] is not None}
+    pairs = [(m["test"], base[m.get("seed")]) for m in spt["members"] if m["test"] is not None and m.get("seed") in base]
+    if not pairs:
+        return None
+    return stats.paired_t([a for a, _ in pairs], [b for _, b in pairs])
+
+
 def fmt_gain(scratch: dict[str, Any] | None, spt: dict[str, Any] | None) -> str:
-    gain = relative_gain(scratch, spt)
-    return "—" if gain is None else f"{gain:+.1%}"
+    """The paired gain (points for accuracy) with its 95% CI, and the relative gain of the means (Figure 3)."""
+    paired, relative = paired_gain(scratch, spt), relative_gain(scratch, spt)
+    if paired is None:
+        return "—"
+    text = stats.format_paired(paired, scale(spt["metric"]))
+    return text + (f" · {relative:+.1%} rel." if relative is not None else "")
 
 
 def kernel_table(study_dir: Path, arm_rows: list[dict[str, Any]]) -> tuple[str, dict[str, list]]:

@@ -76,6 +76,10 @@ class Style:
 # 32 px intensity is the product of its snake and paddle contrasts, 2 * 0.75, and the budgets are
 # the original's num_distractor_snakes numerators (20, 22, 35, 30).
 STYLES = {
+    # 16 px is not an LRA resolution (sptune's addition, for a CPU-sized Transformer: 256 tokens): the
+    # 32 px strokes (dash 2, width 0.5, gap 1) on a quarter of the area, so the marker radius, the seed
+    # distance and the distractor budget are scaled down (radius 1, 4 px, 20 / 4).
+    16: Style(2, 1.0, (1,), 1.0, 4, 1.0, 0.6, 5),
     32: Style(2, 0.5, (1,), 1.5, 7, 1.0, 1.5, 20),
     64: Style(5, 1.0, (1,), 2.5, 12, 1.8, 0.8, 22),
     128: Style(5, 1.5, (2, 3), 3.0, 20, 1.8, 0.9, 35),
@@ -545,6 +549,8 @@ def load_generated(task: Task, data_dir: Path, seed: int) -> dict[str, Split]:
     sizes = (x["num_train"], x["num_val"], x["num_test"])
     settings = {"resolution": x["resolution"], "contour_length": x["contour_length"], "seed": x["seed"],
                 "sizes": sizes, "version": GENERATOR_VERSION}
+    if x["resolution"] == 16:  # not an LRA style: key its drawing settings, so an edit regenerates the data
+        settings["style"] = [*STYLES[16].__dict__.values()]
     path = data_dir / f"{hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]}.pt"
     if path.exists():
         data = torch.load(path, weights_only=True)
@@ -554,7 +560,11 @@ def load_generated(task: Task, data_dir: Path, seed: int) -> dict[str, Split]:
         buffer = io.BytesIO()
         torch.save(data, buffer)
         atomic.write_bytes(path, buffer.getvalue())
-    return _splits(data["pixels"].long() + TOKEN_OFFSET, data["labels"], sizes)
+    pixels = data["pixels"].long()
+    levels = x.get("levels", 256)
+    if levels != 256:  # fewer gray levels: token = round(v * (levels - 1) / 255)
+        pixels = torch.div(pixels * (levels - 1) + 127, 255, rounding_mode="floor")
+    return _splits(pixels + TOKEN_OFFSET, data["labels"], sizes)
 
 
 def load_release(task: Task, data_dir: Path, seed: int) -> dict[str, Split]:
@@ -625,6 +635,13 @@ TASKS: list[Task] = [
     replace(PATHFINDER_MINI, name="pathfinder-mini-easy",
             description="Generated Pathfinder, 32x32, easy setting (contour length 3); no download",
             extras={**PATHFINDER_MINI.extras, "contour_length": 3}),
+    # 16x16 (256 pixel tokens) with 3-dash paths: the embedded setting in which a small CPU Transformer
+    # can be pretrained and finetuned in minutes (the demo study, configs/pathfinder_tiny_transformer.yaml).
+    # 1000 validation and 1000 test images keep the accuracy's sampling noise near +-1.5 points (1 sd).
+    replace(PATHFINDER_MINI, name="pathfinder-tiny", seq_len=16 * 16, vocab_size=TOKEN_OFFSET + 4,
+            description="Generated Pathfinder, 16x16 (256 pixel tokens), contour length 3; no download",
+            extras={**PATHFINDER_MINI.extras, "resolution": 16, "contour_length": 3, "num_train": 4000,
+                    "num_val": 1000, "num_test": 1000, "levels": 4}),
     _release_task("pathfinder", 32, "LRA Pathfinder 32x32 (curv_contour_length_14), 1024 pixel tokens"),
     _release_task("pathx", 128, "LRA Path-X 128x128 (curv_contour_length_14), 16384 pixel tokens"),
     _release_task("pathx-256", 256, "Path-256 256x256 (curv_contour_length_14), 65536 pixel tokens"),

@@ -6,6 +6,7 @@
     sptune resume runs/study-listops_mini_transformer                   # after Ctrl-C / a killed driver
     sptune resume runs/study-listops_mini_transformer --retry-failed    # also rerun crashed trials
     sptune results runs/study-listops_mini_transformer                  # table + results.csv
+    sptune study configs/shapes_tiny_transformer.yaml --seeds 0 1 2 3 4       # one study per seed + paired CI
 
 Exit codes: 0 when every stage has a completed trial, 1 otherwise, 2 for usage errors, 130 on Ctrl-C.
 Both commands are sptune.api.run_study / resume_study: the same options from Python.
@@ -44,6 +45,10 @@ def register(subparsers) -> None:
     study.add_argument("--sampler", choices=("auto", "brute", "tpe"),
                        help="Optuna sampler (auto: brute force for categorical grids, TPE otherwise)")
     study.add_argument("--seed", type=int, help="sampler seed")
+    study.add_argument("--seeds", nargs="+", metavar="S",
+                       help="run the study once per seed (run.seed=S, one study directory per seed under --dir, "
+                            "default runs/seeds-<config name>) and report the mean paired SPT - scratch gain with "
+                            "its 95%% Student-t interval")
     study.add_argument("--max-failures", type=int, default=2, help="retries of a crashed trial (from its checkpoint)")
     study.add_argument("--train-path", choices=("auto", "direct", "train"), default="auto",
                        help="direct: run in the Tune trial; train: Ray Train TorchTrainer (auto: direct for one "
@@ -84,13 +89,13 @@ def _output_flags(parser: argparse.ArgumentParser) -> None:
 def cmd_study(args: argparse.Namespace) -> int:
     from sptune import api
 
-    study_dir = Path(args.dir) if args.dir else api.default_dir(args.config, args.smoke)
+    study_dir = Path(args.dir) if args.dir else api.default_dir(args.config, args.smoke, bool(args.seeds))
     return _interruptible(study_dir, lambda: api.run_study(
         args.config, args.overrides, study_dir, search_space=args.search_space, smoke=args.smoke,
         num_samples=args.num_samples, max_concurrent=args.max_concurrent, workers=args.workers,
         cpus_per_worker=args.cpus_per_worker, gpus_per_worker=args.gpus_per_worker, asha=args.asha,
         sampler=args.sampler, seed=args.seed, max_failures=args.max_failures, train_path=args.train_path,
-        logger=args.logger, address=args.address, output=args.output))
+        logger=args.logger, address=args.address, output=args.output, seeds=args.seeds))
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -102,8 +107,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def _interruptible(study_dir: Path, run: Callable[[], Path]) -> int:
-    """Run the study; exit 0 when every stage has a completed trial, 1 otherwise, 130 on Ctrl-C."""
-    from sptune import results
+    """Run the study; exit 0 when every stage has a completed trial (every seed paired, for a multi-seed
+    study), 1 otherwise, 130 on Ctrl-C."""
+    from sptune import checkpoints, results, seeds
 
     try:
         study_dir = run()
@@ -111,14 +117,21 @@ def _interruptible(study_dir: Path, run: Callable[[], Path]) -> int:
         print(f"sptune: interrupted; continue with `sptune resume {study_dir.resolve()}` "
               f"(log: {study_dir.resolve() / LOG_NAME})", file=sys.stderr)
         return 130
+    if seeds.is_seeds_dir(study_dir):  # every seed paired (its SPT and scratch arms both completed)
+        spec = checkpoints.read_json(study_dir / seeds.SEEDS_FILE)
+        paired = seeds.report(study_dir)["paired"]
+        return 0 if paired is not None and paired.n == len(spec["seeds"]) else 1
     rows = results.collect(study_dir)
     return 0 if all(results.best_row(rows, s)[0] for s in results.STAGES) else 1
 
 
 def cmd_results(args: argparse.Namespace) -> int:
-    from sptune import results
+    from sptune import results, seeds
 
     study_dir = Path(args.study_dir)
+    if seeds.is_seeds_dir(study_dir):
+        print(seeds.report(study_dir)["text"])
+        return 0
     if not (study_dir / results.STUDY_FILE).is_file():
         raise UserError(f"{study_dir} is not a study directory (no {results.STUDY_FILE})")
     rows = results.collect(study_dir)

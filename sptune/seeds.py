@@ -1,0 +1,216 @@
+"""Multi-seed comparison of SPT with scratch: per-seed pairs, the paired gain's 95% CI, a table, a plot.
+
+The same statistics (sptune.stats.paired_t) behind every multi-seed output:
+
+    sptune compare <config> --seeds 0 1 2 3 4     # single runs per seed (sptune.cli)
+    sptune study   <config> --seeds 0 1 2 3 4     # one Ray Tune study per seed (sptune.tune.seeds)
+    sptune report  <seeds dir>                    # rebuilds seeds.md, seeds.csv, seeds.png from the runs
+
+A pair is one seed's SPT test metric (the selected finetuning trial, started from the selected
+pretraining trial) and its scratch test metric (the selected scratch trial): both measured once, at
+each run's best-validation checkpoint. The gain is their difference, paired by seed.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from sptune import stats
+from sptune.atomic import write_text as write_text_atomic
+
+SEEDS_FILE = "seeds.json"  # what a multi-seed study asked for (sptune.tune.seeds)
+TABLE_FILE, CSV_FILE, PLOT_FILE, SUMMARY_FILE = "seeds.md", "seeds.csv", "seeds.png", "summary.json"
+
+
+@dataclass
+class Pair:
+    """One seed: SPT and scratch, validation (selection) and test (reported) metrics."""
+
+    seed: int
+    spt_test: float | None
+    scratch_test: float | None
+    spt_val: float | None = None
+    scratch_val: float | None = None
+    pretrain_val: float | None = None  # the selected pretraining trial's validation metric
+    seconds: float | None = None  # wall seconds of this seed's runs (study: sum of trials' device-seconds)
+    status: str = "completed"
+
+    @property
+    def complete(self) -> bool:
+        return self.spt_test is not None and self.scratch_test is not None
+
+    @property
+    def gain(self) -> float | None:
+        return self.spt_test - self.scratch_test if self.complete else None
+
+
+def paired(pairs: Sequence[Pair], level: float = 0.95) -> stats.Paired | None:
+    done = [p for p in pairs if p.complete]
+    if not done:
+        return None
+    return stats.paired_t([p.spt_test for p in done], [p.scratch_test for p in done], level)
+
+
+def scale_of(metric: str | None) -> float:
+    return 100.0 if metric == "accuracy" else 1.0
+
+
+def table(pairs: Sequence[Pair], metric: str | None, title: str = "") -> str:
+    """Per seed SPT and scratch (val / test) and the gain; then the mean paired gain with its 95% CI."""
+    k = scale_of(metric)
+    unit = " (accuracy, %)" if metric == "accuracy" else f" ({metric})"
+
+    def fmt(v: float | None, sign: bool = False) -> str:
+        return "—" if v is None else (f"{v * k:+.2f}" if sign else f"{v * k:.2f}")
+
+    lines = [title] if title else []
+    lines += [f"SPT vs scratch over {len(pairs)} seed(s), test metric at each run's best-validation checkpoint{unit}",
+              f"{'seed':>6s} {'SPT val':>8s} {'SPT test':>9s} {'scratch val':>12s} {'scratch test':>13s} "
+              f"{'gain':>7s}"]
+    for p in pairs:
+        if not p.complete:
+            lines.append(f"{p.seed:6d}  not complete ({p.status})")
+            continue
+        lines.append(f"{p.seed:6d} {fmt(p.spt_val):>8s} {fmt(p.spt_test):>9s} {fmt(p.scratch_val):>12s} "
+                     f"{fmt(p.scratch_test):>13s} {fmt(p.gain, True):>7s}")
+    done = [p for p in pairs if p.complete]
+    if done:
+        spt_mean, spt_sd = stats.mean_std([p.spt_test for p in done])
+        sc_mean, sc_sd = stats.mean_std([p.scratch_test for p in done])
+        sd = lambda v: "" if v is None else f" ± {v * k:.2f} sd"  # noqa: E731
+        lines.append(f"{'mean':>6s} {'':>8s} {spt_mean * k:9.2f} {'':>12s} {sc_mean * k:13.2f}")
+        lines.append(f"SPT {spt_mean * k:.2f}{sd(spt_sd)}, scratch {sc_mean * k:.2f}{sd(sc_sd)}")
+        p = paired(done)
+        lines.append(f"mean paired gain (SPT - scratch): {stats.format_paired(p, k)}"
+                     + (f"  [Student-t, {p.n - 1} dof]" if p.n > 1 else ""))
+        if p.half_width is not None:
+            lines.append("the 95% interval " + ("excludes 0" if p.excludes_zero else "includes 0: no significant "
+                                                "difference at this number of seeds"))
+    return "\n".join(lines)
+
+
+def write_csv(pairs: Sequence[Pair], path: Path) -> Path:
+    out = io.StringIO()
+    columns = [*asdict(pairs[0]).keys(), "gain"] if pairs else ["seed"]
+    writer = csv.DictWriter(out, fieldnames=columns)
+    writer.writeheader()
+    for p in pairs:
+        writer.writerow({**asdict(p), "gain": p.gain})
+    write_text_atomic(Path(path), out.getvalue())
+    return Path(path)
+
+
+def plot(pairs: Sequence[Pair], metric: str | None, path: Path, title: str = "") -> Path:
+    """(left) each seed's scratch and SPT test metric, joined; (right) per-seed gains, mean and 95% CI."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    k = scale_of(metric)
+    done = [p for p in pairs if p.complete]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [3, 2]})
+    for i, p in enumerate(done):
+        left.plot([0, 1], [p.scratch_test * k, p.spt_test * k], "-o", color="0.6", lw=1, ms=5, zorder=1)
+        left.annotate(f"s{p.seed}", (1.03, p.spt_test * k), fontsize=8, va="center")
+    if done:
+        for x, values, color, name in ((0, [p.scratch_test for p in done], "tab:gray", "scratch"),
+                                       (1, [p.spt_test for p in done], "tab:blue", "SPT")):
+            mean, _ = stats.mean_std(values)
+            left.plot([x - 0.15, x + 0.15], [mean * k] * 2, color=color, lw=3, label=f"{name} mean {mean * k:.2f}")
+    left.set_xticks([0, 1], ["scratch", "SPT (pretrain → finetune)"])
+    left.set_xlim(-0.4, 1.3)
+    left.set_ylabel("test accuracy (%)" if metric == "accuracy" else f"test {metric}")
+    left.set_title("per seed (lines join one seed's pair)")
+    left.legend(loc="best", fontsize=8)
+    p = paired(done)
+    if p is not None:
+        gains = [d * k for d in p.differences]
+        right.scatter(range(len(gains)), gains, color="tab:blue", zorder=3, label="per-seed gain")
+        right.axhline(0.0, color="black", lw=0.8)
+        right.axhline(p.mean * k, color="tab:red", lw=1.5, label=f"mean {p.mean * k:+.2f}")
+        if p.half_width is not None:
+            right.axhspan(p.low * k, p.high * k, color="tab:red", alpha=0.15,
+                          label=f"95% CI [{p.low * k:+.2f}, {p.high * k:+.2f}]")
+        right.set_xticks(range(len(gains)), [f"s{q.seed}" for q in done])
+        right.legend(loc="best", fontsize=8)
+    right.set_ylabel("SPT − scratch (points)" if metric == "accuracy" else "SPT − scratch")
+    right.set_title(f"paired gain, n={len(done)} (Student-t)")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+# ----------------------------------------------------------------------------- a multi-seed study directory
+def is_seeds_dir(path: str | Path) -> bool:
+    return (Path(path) / SEEDS_FILE).is_file()
+
+
+def study_pair(seed: int, study_dir: Path) -> tuple[Pair, str | None]:
+    """One seed's pair from its study directory (sptune.results: each stage's selected trial)."""
+    from sptune import results
+
+    if not (study_dir / results.STUDY_FILE).is_file():
+        return Pair(seed, None, None, status="not started"), None
+    rows = results.collect(study_dir)
+    best = {stage: results.best_row(rows, stage)[0] for stage in results.STAGES}
+    metric = (best["scratch"] or best["finetune"] or {}).get("metric")
+    state = results.study_state(study_dir)
+    missing = [s for s in ("finetune", "scratch") if best[s] is None]
+    phases = state.get("phases", {})
+    status = "completed" if not missing else (
+        ("no completed " + "/".join(missing) + " trial; phases: " + ", ".join(f"{k} {v}" for k, v in phases.items()))
+        if phases else "not run yet")
+    seconds = sum(r.get("device_seconds") or 0.0 for r in rows)
+    get = lambda stage, key: (best[stage] or {}).get(key)  # noqa: E731
+    return Pair(seed, get("finetune", "test_metric"), get("scratch", "test_metric"), get("finetune", "best_val"),
+                get("scratch", "best_val"), get("pretrain", "best_val"), seconds, status), metric
+
+
+def report(parent: str | Path, wall_seconds: float | None = None, plot_path: str | Path | None = None
+           ) -> dict[str, Any]:
+    """Rebuild seeds.md, seeds.csv, seeds.png and summary.json of a multi-seed study from its seed studies
+    (`plot_path`: the plot once more at that path)."""
+    from sptune import checkpoints
+
+    parent = Path(parent).resolve()
+    spec = checkpoints.read_json(parent / SEEDS_FILE)
+    pairs, metric = [], None
+    for seed in spec["seeds"]:
+        pair, m = study_pair(seed, parent / seed_dir_name(seed))
+        pairs.append(pair)
+        metric = metric or m
+    if wall_seconds is not None:  # the run that just finished: keep its wall time for later reports
+        spec["wall_seconds"] = wall_seconds
+        checkpoints.write_json_atomic(spec, parent / SEEDS_FILE)
+    title = f"{Path(spec['config']).name}" + (f" {' '.join(spec['overrides'])}" if spec.get("overrides") else "")
+    text = table(pairs, metric, title=f"multi-seed study {parent} ({title})")
+    if spec.get("wall_seconds"):
+        text += f"\nwall time of the multi-seed study: {spec['wall_seconds'] / 60:.1f} min"
+    p = paired(pairs)
+    summary = {"config": spec["config"], "overrides": spec.get("overrides", []), "seeds": spec["seeds"],
+               "metric": metric, "pairs": [asdict(q) | {"gain": q.gain} for q in pairs],
+               "paired_gain": p.to_dict() if p else None, "wall_seconds": spec.get("wall_seconds")}
+    checkpoints.write_json_atomic(summary, parent / SUMMARY_FILE)
+    write_text_atomic(parent / TABLE_FILE, "```\n" + text + "\n```\n\n![seeds](seeds.png)\n")
+    paths = {"table": parent / TABLE_FILE, "csv": write_csv(pairs, parent / CSV_FILE),
+             "plot": plot(pairs, metric, parent / PLOT_FILE, title=title), "summary": parent / SUMMARY_FILE,
+             "text": text, "paired": p}
+    if plot_path is not None:
+        paths["extra_plot"] = plot(pairs, metric, Path(plot_path), title=title)
+    return paths
+
+
+def seed_dir_name(seed: int) -> str:
+    return f"seed-{seed}"

@@ -1,0 +1,69 @@
+"""sptune.stats: the paired Student-t interval every multi-seed output uses, against hand-computed values."""
+
+import math
+
+import pytest
+
+from sptune import seeds, stats
+
+
+def test_paired_interval_hand_computed_case():
+    # differences [1, 2, 3, 4, 5]: mean 3, sd sqrt(2.5) = 1.5811, t_{0.975, 4} = 2.7764,
+    # half-width 2.7764 * 1.5811 / sqrt(5) = 1.9632
+    p = stats.paired_t([11, 12, 13, 14, 15], [10, 10, 10, 10, 10])
+    assert p.n == 5 and p.mean == pytest.approx(3.0)
+    assert p.sd == pytest.approx(1.5811, abs=1e-4)
+    assert p.half_width == pytest.approx(1.9632, abs=1e-4)
+    assert (p.low, p.high) == (pytest.approx(1.0368, abs=1e-4), pytest.approx(4.9632, abs=1e-4))
+    assert p.excludes_zero
+    assert stats.format_paired(p) == "+3.00 ± 1.96 (95% CI [+1.04, +4.96], n=5)"
+
+
+@pytest.mark.parametrize("p, dof, expected", [
+    (0.975, 1, 12.7062), (0.975, 2, 4.3027), (0.975, 4, 2.7764), (0.975, 9, 2.2622), (0.975, 29, 2.0452),
+    (0.95, 4, 2.1318), (0.995, 4, 4.6041), (0.5, 7, 0.0), (0.025, 4, -2.7764)])
+def test_t_quantiles_match_the_tables(p, dof, expected):
+    assert stats.t_quantile(p, dof) == pytest.approx(expected, abs=1e-4)
+
+
+def test_t_quantile_tends_to_the_normal():
+    assert stats.t_quantile(0.975, 1e6) == pytest.approx(1.95996, abs=1e-4)
+
+
+def test_t_cdf_is_symmetric_and_monotone():
+    assert stats.t_cdf(0.0, 3) == pytest.approx(0.5)
+    assert stats.t_cdf(-1.3, 5) == pytest.approx(1 - stats.t_cdf(1.3, 5))
+    values = [stats.t_cdf(t / 4, 3) for t in range(-20, 21)]
+    assert values == sorted(values)
+
+
+def test_interval_that_includes_zero_and_degenerate_cases():
+    p = stats.t_interval([-1.0, 2.0, 0.5])
+    assert p.low < 0 < p.high and not p.excludes_zero
+    one = stats.t_interval([0.7])
+    assert one.half_width is None and one.low is None and not one.excludes_zero
+    assert "no interval" in stats.format_paired(one)
+    same = stats.t_interval([0.2, 0.2, 0.2])
+    assert same.half_width == 0.0 and same.excludes_zero
+    with pytest.raises(ValueError):
+        stats.paired_t([1, 2], [1])
+    with pytest.raises(ValueError):
+        stats.t_interval([])
+
+
+def test_mean_std():
+    assert stats.mean_std([]) == (None, None)
+    assert stats.mean_std([2.0]) == (2.0, None)
+    mean, sd = stats.mean_std([1, 2, 3, 4])
+    assert mean == 2.5 and sd == pytest.approx(math.sqrt(5 / 3))
+
+
+def test_seed_table_and_plot(tmp_path):
+    pairs = [seeds.Pair(s, 0.60 + 0.01 * s, 0.55, 0.61, 0.56) for s in range(5)] + [seeds.Pair(9, None, 0.5,
+                                                                                               status="failed")]
+    text = seeds.table(pairs, "accuracy")
+    assert "mean paired gain (SPT - scratch): +7.00 ± 1.96 (95% CI [+5.04, +8.96], n=5)" in text
+    assert "excludes 0" in text and "not complete (failed)" in text
+    png = seeds.plot(pairs, "accuracy", tmp_path / "seeds.png")
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert seeds.write_csv(pairs, tmp_path / "s.csv").read_text().count("\n") == 7
