@@ -70,11 +70,12 @@ def test_multi_seed_study_one_study_per_seed_then_report(tmp_path, ray_instance,
 def test_cli_study_seeds_smoke(tmp_path):
     parent = tmp_path / "seeds"
     try:
-        proc = subprocess.run([sys.executable, "-m", "sptune.cli", "study", str(CONFIG), "--smoke", "--quiet",
+        proc = subprocess.run([sys.executable, "-m", "sptune.cli", "study", str(CONFIG), "--smoke",
                                "--seeds", "0", "1", "--dir", str(parent)], capture_output=True, text=True,
                               env=sptune_env(), timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        assert "--- seed 1: scratch search" in proc.stdout and "mean paired gain (SPT - scratch)" in proc.stdout
+        assert "--- seed 1" in proc.stdout and "mean paired gain (SPT - scratch)" in proc.stdout
+        assert f"log: {parent / 'study.log'}" in proc.stdout and (parent / "study.log").is_file()
         assert (parent / "seeds.png").is_file() and (parent / "seed-1" / "results.csv").is_file()
     finally:
         pipeline.stop_processes(pipeline.leftover_processes(parent))
