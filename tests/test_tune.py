@@ -135,7 +135,6 @@ def test_study_direct_path_end_to_end(tmp_path, ray_instance):
     assert len({r["optim.lr"] for r in rows if r["stage"] == "pretrain"}) == 2  # no point twice
 
     # Finetuning started from the best pretraining trial's best checkpoint, and says so.
-    pre = [r for r in rows if r["stage"] == "pretrain"]
     best, _ = results.best_row(rows, "pretrain")
     finetune = next(r for r in rows if r["stage"] == "finetune")
     assert finetune["init_trial"] == best["trial_id"] and finetune["init_step"] == best["best_step"]
