@@ -75,6 +75,9 @@ class OptimConfig:
     epochs: int = 0
     grad_clip: float = 1.0  # 0 = off
     eval_every: int = 100  # steps between validation passes (and checkpoints)
+    # Micro-batches per optimizer step (gradient accumulation): batch_size stays the effective batch, each
+    # forward/backward sees batch_size / accumulate examples, so long inputs (PathX, L=16K) fit one device.
+    accumulate: int = 1
 
 
 @dataclass
@@ -87,6 +90,7 @@ class RunConfig:
     num_threads: int = 0  # torch intra-op threads; 0 = torch's default
     progress: bool = True  # progress bar on the training loop
     resume: bool = True  # continue from <run dir>/last.pt when it exists
+    compile: bool = False  # torch.compile the model (falls back to eager, with a warning, when it cannot)
 
 
 @dataclass
@@ -117,7 +121,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
 }
 POSITIVE = ("model.d_model", "model.n_layers", "model.n_heads", "model.block_size", "model.d_state",
             "model.dt_min", "model.dt_max",
-            "optim.lr", "optim.batch_size", "optim.max_steps", "optim.eval_every")
+            "optim.lr", "optim.batch_size", "optim.max_steps", "optim.eval_every", "optim.accumulate")
 NON_NEGATIVE = ("model.d_ff", "model.dropout", "optim.weight_decay", "optim.warmup_steps", "optim.epochs",
                 "optim.grad_clip", "task.max_val_examples", "task.max_test_examples", "model.ssm_lr")
 
@@ -256,6 +260,9 @@ def validate(cfg: Config) -> None:
         if (path in POSITIVE and value <= 0) or value < 0:
             bound = "> 0" if path in POSITIVE else ">= 0"
             raise UserError(f"{path}={value} is out of range; it must be {bound}")
+    if cfg.optim.batch_size % cfg.optim.accumulate:
+        raise UserError(f"optim.batch_size={cfg.optim.batch_size} is not divisible by optim.accumulate="
+                        f"{cfg.optim.accumulate}; pick a batch size that is a multiple of the micro-batch count")
     if not 0.0 < cfg.task.train_fraction <= 1.0:
         raise UserError(f"task.train_fraction={cfg.task.train_fraction} must be in (0, 1]")
     ratio = cfg.objective.mask_ratio

@@ -9,7 +9,8 @@ test examples, so an example's eval mask does not depend on the batch it lands i
 from __future__ import annotations
 
 import math
-from typing import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable, Iterator, TypeVar
 
 import torch
 
@@ -19,6 +20,7 @@ from sptune.tasks.base import Split
 # The permutation behind training-data fractions is fixed (not the run seed): subsets are nested
 # prefixes of one order, so every fraction contains the smaller ones (Appendix C.1.4).
 FRACTION_SEED = 20231004
+T = TypeVar("T")  # a prefetched batch: anything with .pin_memory() (sptune.train.Problem)
 
 
 def train_fraction(split: Split, fraction: float) -> Split:
@@ -39,6 +41,12 @@ def train_batch_index(n: int, batch_size: int, seed: int, step: int) -> torch.Te
     epoch, pos = divmod(step, per_epoch)
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
     return order[pos * batch_size : (pos + 1) * batch_size]
+
+
+def train_batch_size(n: int, batch_size: int, step: int) -> int:
+    """len(train_batch_index(n, batch_size, seed, step)) without drawing it: the epoch's last batch is short."""
+    pos = step % steps_per_epoch(n, batch_size)
+    return min(batch_size, n - pos * batch_size)
 
 
 def step_draw(seed: int, step: int) -> MaskDraw:
@@ -84,3 +92,45 @@ def eval_batches(split: Split, batch_size: int, limit: int = 0
     for start in range(0, n, batch_size):
         index = torch.arange(start, min(start + batch_size, n))
         yield index, batch(split, index)
+
+
+class Prefetcher:
+    """The batches of steps start, start + 1, ... prepared `depth` steps ahead in one background thread,
+    so gathering, masking and (on CUDA) pinning a batch overlap the previous step's compute.
+
+    `make(step)` must be a pure function of the step (the batch of step s is; see the module docstring):
+    the thread then changes when a batch is built, never what it holds, and runs stay deterministic.
+    Pinned (page-locked) host memory lets the caller's `.to(device, non_blocking=True)` copy run
+    asynchronously; it only helps CUDA, so `pin` is for CUDA devices.
+    """
+
+    def __init__(self, make: Callable[[int], T], start: int, stop: int, pin: bool = False, depth: int = 2):
+        self._make, self._stop, self._pin, self._depth = make, stop, pin, depth
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sptune-prefetch")
+        self._pending: dict[int, Future] = {}
+        self._next = start  # the next step to submit
+
+    def _build(self, step: int) -> T:
+        item = self._make(step)
+        return item.pin_memory() if self._pin else item
+
+    def get(self, step: int) -> T:
+        """The batch of `step` (built now if it was not submitted ahead, e.g. after a jump)."""
+        self._next = max(self._next, step)
+        while self._next < min(step + 1 + self._depth, self._stop):
+            self._pending[self._next] = self._pool.submit(self._build, self._next)
+            self._next += 1
+        future = self._pending.pop(step, None)
+        return future.result() if future is not None else self._build(step)
+
+    def close(self) -> None:
+        for future in self._pending.values():
+            future.cancel()
+        self._pending.clear()
+        self._pool.shutdown(wait=True)
+
+    def __enter__(self) -> "Prefetcher":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

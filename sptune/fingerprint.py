@@ -29,6 +29,13 @@ CONFIG = "config.yaml"
 # fingerprint). num_threads only reorders float reductions (last-bit differences); a Ray trial sets
 # it from its CPU reservation. run.device and run.precision are NOT here: they change the numbers.
 BOOKKEEPING = ("run.out_dir", "run.name", "run.progress", "run.resume", "run.num_threads")
+# How a step is executed, not what it computes: accumulating micro-batch gradients weighted by their share
+# of the batch's loss terms gives the big batch's gradient, and a compiled model the eager one's outputs, up
+# to float reassociation (last bits, like num_threads). Each is fingerprinted only when set away from its
+# default where it does change the numbers: with dropout (micro-batches and compiled kernels draw other
+# dropout masks) and, for accumulation, BatchNorm (statistics per micro-batch). Left out otherwise, so run
+# dirs and their names from before these settings existed stay valid.
+EXECUTION_DEFAULTS = {"optim.accumulate": 1, "run.compile": False}
 # Shown in a mismatch message; the rest are counted.
 MAX_LISTED = 6
 
@@ -59,6 +66,10 @@ def of(cfg: Config, stage: str, init_dir: Path | None = None) -> Fingerprint:
 
 def config_fields(cfg: Config) -> dict[str, Any]:
     flat = {f"{section}.{name}": value for section, values in cfg.to_dict().items() for name, value in values.items()}
+    changes_numbers = {"optim.accumulate": cfg.model.dropout > 0 or cfg.model.norm == "batch",
+                       "run.compile": cfg.model.dropout > 0}
+    flat = {k: v for k, v in flat.items()
+            if k not in EXECUTION_DEFAULTS or (v != EXECUTION_DEFAULTS[k] and changes_numbers[k])}
     # Through JSON, so a fresh fingerprint compares equal to one read back from fingerprint.json (tuples).
     return json.loads(json.dumps({k: v for k, v in flat.items() if k not in BOOKKEEPING}))
 

@@ -6,10 +6,15 @@
 
 All three run `run_stage`, one function in labelled steps: setup, data, model, optimizer, resume,
 train loop (with periodic eval + checkpoints), test at the best checkpoint, result.
+
+The loop is written for accelerators: batches are prepared ahead (sptune.data.Prefetcher), the step's
+loss stays on the device (read at eval, not per step), optim.accumulate micro-batches give the big
+batch's gradient, run.compile compiles the model and AdamW is fused on CUDA.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import logging
@@ -26,7 +31,8 @@ from sptune import checkpoints, fingerprint, flops, selection
 from sptune.build import build_pretrain_model, build_task_model, count_parameters
 from sptune.config import Config, ModelConfig, check_causal_norm, dump
 from sptune.config import load as load_config
-from sptune.data import batch, eval_batches, example_draw, step_draw, steps_per_epoch, train_batch_index, train_fraction
+from sptune.data import (Prefetcher, batch, eval_batches, example_draw, step_draw, steps_per_epoch, train_batch_index,
+                         train_batch_size, train_fraction)
 from sptune.errors import UserError
 from sptune.models.backbone import SequenceModel, drop_mask_channel
 from sptune.objectives import Denoising, MaskDraw, Metric, causal_denoising, denoising_loss, masked_denoising
@@ -196,7 +202,11 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
         x1 = d1.inputs
     cost = flops.measure(model, x1, lengths1, task.seq_len)
     model.to(device)
-    trained = nn.parallel.DistributedDataParallel(model) if world > 1 else model  # gradients all-reduced
+    # `model` stays the plain module (checkpoints hold its state_dict); `run_model` computes (compiled when
+    # run.compile), `trained` is what the loop backpropagates through (DDP all-reduces its gradients).
+    run_model = compile_model(model, device) if cfg.run.compile else model
+    ddp = nn.parallel.DistributedDataParallel(run_model) if world > 1 else None
+    trained = ddp or run_model
 
     # 4. Optimizer and schedule: AdamW with parameter groups; warmup then cosine or constant, per step.
     max_steps = cfg.optim.max_steps
@@ -233,38 +243,52 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
                               "init_from": str(pretrain_dir(init_from)) if init_from else None}
     end = dict(state=state, cost=cost, world=world, run_dir=run_dir, write=main_rank)  # what finish() needs
     progress = make_progress(cfg, max_steps, state["step"], f"{stage} {task.name}/{cfg.model.name}")
-    running_loss, running_n, tick = 0.0, 0, time.perf_counter()
+
+    def step_problem(step: int) -> Problem:  # this rank's share of step's batch, on the CPU (prefetch thread)
+        index = train_batch_index(len(train_split), cfg.optim.batch_size, cfg.run.seed, step)  # the global batch
+        x, y, lengths = batch(train_split, index[rank::world])
+        return make_problem(cfg, task, stage, x, y, lengths, step_draw(cfg.run.seed, step))
+
+    batches = Prefetcher(step_problem, state["step"], max_steps, pin=device.type == "cuda")
+    # The loss is summed on the device and read at eval: a .item() per step would stall the accelerator
+    # until the step finishes. For the same reason a non-finite loss is noted on the device (the first
+    # step that had one, and its value) and acted on at the next eval boundary.
+    running_loss, running_n, tick = torch.zeros((), dtype=torch.float64, device=device), 0, time.perf_counter()
+    first_bad_step, first_bad_loss = torch.full((), -1, device=device), torch.zeros((), device=device)
     while state["step"] < max_steps:
         step = state["step"]
-        model.train()
-        index = train_batch_index(len(train_split), cfg.optim.batch_size, cfg.run.seed, step)  # the global batch
-        x, y, lengths = (t.to(device) for t in batch(train_split, index[rank::world]))
-        with autocast(device, cfg.run.precision):
-            loss, _ = compute_loss(trained, cfg, task, stage, x, y, lengths, step_draw(cfg.run.seed, step))
-        if not torch.isfinite(loss):
-            reason = f"non-finite loss ({loss.item()}) at step {step}: lower optim.lr or raise optim.warmup_steps"
-            log.error("%s failed: %s", run_dir.name, reason)
-            writer.close()
-            progress.close()
-            return finish(result, status="failed", reason=reason, **end)
+        trained.train()
+        problem = batches.get(step).to(device)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss = accumulate_gradients(trained, ddp, cfg, task, stage, problem, device)  # () on device
         if cfg.optim.grad_clip > 0:
-            nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+            nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip, foreach=True)
         optimizer.step()
         scheduler.step()
+        new_bad = ~torch.isfinite(loss) & (first_bad_step < 0)
+        first_bad_step = torch.where(new_bad, step, first_bad_step)
+        first_bad_loss = torch.where(new_bad, loss.float(), first_bad_loss)
         state["step"] = step + 1
-        state["examples_seen"] += len(index)
-        running_loss += loss.item()
+        state["examples_seen"] += train_batch_size(len(train_split), cfg.optim.batch_size, step)
+        running_loss += loss
         running_n += 1
         progress.update(1)
 
         if state["step"] % cfg.optim.eval_every == 0 or state["step"] == max_steps:
+            bad_step = int(first_bad_step)  # the loop's one host sync per eval period
+            if bad_step >= 0:
+                reason = (f"non-finite loss ({float(first_bad_loss)}) at step {bad_step} (checked at step "
+                          f"{state['step']}): lower optim.lr or raise optim.warmup_steps")
+                log.error("%s failed: %s", run_dir.name, reason)
+                batches.close()
+                writer.close()
+                progress.close()
+                return finish(result, status="failed", reason=reason, **end)
             elapsed = time.perf_counter() - tick
             state["train_seconds"] += elapsed
-            val = evaluate(model, cfg, task, stage, splits["val"], device, cfg.task.max_val_examples)
+            val = evaluate(run_model, cfg, task, stage, splits["val"], device, cfg.task.max_val_examples)
             count_eval(state, val)
-            record = {"step": state["step"], "train_loss": running_loss / max(running_n, 1),
+            record = {"step": state["step"], "train_loss": running_loss.item() / max(running_n, 1),
                       "val_loss": val["loss"], "val_metric": val["metric"], "lr": scheduler.get_last_lr()[0],
                       "tokens_per_s": running_n * cfg.optim.batch_size * tokens_per_example / max(elapsed, 1e-9)}
             state["history"].append(record)
@@ -295,14 +319,15 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
                 on_eval(dict(record, best_metric=state["best_metric"], best_loss=state["best_loss"],
                              best_step=state["best_step"], train_seconds=state["train_seconds"],
                              eval_seconds=state["eval_seconds"], max_steps=max_steps), run_dir)
-            running_loss, running_n, tick = 0.0, 0, time.perf_counter()
+            running_loss, running_n, tick = torch.zeros_like(running_loss), 0, time.perf_counter()
+    batches.close()
     progress.close()
 
     # 7. Test at the best validation checkpoint (the retrospective choice, Appendix C.1).
     best_path = run_dir / checkpoints.BEST
     checkpoints.load_into(model, checkpoints.load(best_path, device, keys=("model",), fix=RESTART_FIX)["model"],
                           best_path, RESTART_FIX)
-    test = evaluate(model, cfg, task, stage, splits["test"], device, cfg.task.max_test_examples)
+    test = evaluate(run_model, cfg, task, stage, splits["test"], device, cfg.task.max_test_examples)
     count_eval(state, test)
     if main_rank:
         writer.add_scalar("test/metric", test["metric"], state["best_step"])
@@ -390,17 +415,60 @@ def denoise(cfg: Config, task: Task, x: torch.Tensor, lengths: torch.Tensor,
     return causal_denoising(x, lengths), lengths
 
 
-def compute_loss(model: SequenceModel, cfg: Config, task: Task, stage: str, x: torch.Tensor, y: torch.Tensor,
-                 lengths: torch.Tensor, draw: MaskDraw, metric: Metric | None = None
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
+@dataclasses.dataclass
+class Problem:
+    """What the model sees and must predict for a batch: the task's inputs and targets, or the pretraining
+    (denoising, §2) problem, whose rows are sequences: 2 per example for paired tasks."""
+
+    inputs: torch.Tensor  # (R, L) ids, (R, L, C) values, or (B, 2, L) ids of a paired task
+    lengths: torch.Tensor  # (R,) or (B, 2)
+    targets: torch.Tensor  # (B,) task targets, or (R, L[, C]) denoising targets
+    loss_mask: torch.Tensor | None  # (R, L) bool positions the denoising loss counts; None for the task
+    rows_per_example: int
+
+    def examples(self, start: int, stop: int) -> Problem:
+        """The problem of examples start..stop-1 (a micro-batch)."""
+        rows = slice(start * self.rows_per_example, stop * self.rows_per_example)
+        return Problem(self.inputs[rows], self.lengths[rows], self.targets[rows],
+                       None if self.loss_mask is None else self.loss_mask[rows], self.rows_per_example)
+
+    def tensors(self) -> list[torch.Tensor | None]:
+        return [self.inputs, self.lengths, self.targets, self.loss_mask]
+
+    def apply(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Problem:
+        return Problem(*(None if t is None else fn(t) for t in self.tensors()), self.rows_per_example)
+
+    def pin_memory(self) -> Problem:
+        return self.apply(lambda t: t.pin_memory())
+
+    def to(self, device: torch.device) -> Problem:
+        # non_blocking only from pinned memory to CUDA: the copy then overlaps compute already queued
+        return self.apply(lambda t: t.to(device, non_blocking=device.type == "cuda"))
+
+    @property
+    def n_examples(self) -> int:
+        return self.inputs.shape[0] // self.rows_per_example
+
+
+def make_problem(cfg: Config, task: Task, stage: str, x: torch.Tensor, y: torch.Tensor, lengths: torch.Tensor,
+                 draw: MaskDraw) -> Problem:
+    if stage != "pretrain":
+        return Problem(x, lengths, y, None, 1)
+    d, lengths = denoise(cfg, task, x, lengths, draw)
+    return Problem(d.inputs, lengths, d.targets, d.loss_mask, 2 if task.paired else 1)
+
+
+def compute_loss(model: nn.Module, cfg: Config, task: Task, stage: str, problem: Problem,
+                 metric: Metric | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(mean loss of the batch, number of terms it averages): masked tokens (x channels for L1) or examples."""
     if stage == "pretrain":
-        d, lengths = denoise(cfg, task, x, lengths, draw)
-        pred = model(d.inputs, lengths)  # (B, L, V or C)
+        d = Denoising(problem.inputs, problem.targets, problem.loss_mask)
+        pred = model(d.inputs, problem.lengths)  # (R, L, V or C)
         if metric is not None:
             metric.update(pred[d.loss_mask], d.targets[d.loss_mask])
         return denoising_loss(pred, d, cfg.objective.loss)
-    out = model(x, lengths)  # (B, K)
+    y = problem.targets
+    out = model(problem.inputs, problem.lengths)  # (B, K)
     if task.is_regression:
         out = out.squeeze(-1)  # (B,)
         loss = nn.functional.mse_loss(out, y.to(out.dtype))
@@ -408,7 +476,39 @@ def compute_loss(model: SequenceModel, cfg: Config, task: Task, stage: str, x: t
         loss = nn.functional.cross_entropy(out, y)
     if metric is not None:
         metric.update(out, y)
-    return loss, torch.tensor(y.shape[0])
+    return loss, torch.tensor(y.shape[0], device=y.device)
+
+
+def loss_terms(problem: Problem, cfg: Config) -> torch.Tensor:
+    """How many terms the batch's mean loss averages (as compute_loss counts them), without the model."""
+    if problem.loss_mask is None:
+        return torch.tensor(problem.targets.shape[0], device=problem.targets.device)
+    channels = problem.targets.shape[-1] if cfg.objective.loss == "l1" else 1
+    return problem.loss_mask.sum() * channels
+
+
+def accumulate_gradients(trained: nn.Module, ddp: nn.parallel.DistributedDataParallel | None, cfg: Config,
+                         task: Task, stage: str, problem: Problem, device: torch.device) -> torch.Tensor:
+    """Backpropagate the batch in optim.accumulate micro-batches; return its mean loss (detached, on device).
+
+    The batch's loss is the mean over all its terms: examples, or masked tokens of the WHOLE batch (a
+    micro-batch with more masked tokens weighs more). So each micro-batch's mean loss is weighted by its
+    share n_i / N of the batch's terms, and the summed gradient is the big batch's: sum_i (n_i / N) mean_i
+    = (1 / N) sum over all terms. Under DDP only the last micro-batch all-reduces (no_sync before it).
+    """
+    chunks = [c for c in torch.arange(problem.n_examples).tensor_split(cfg.optim.accumulate) if len(c)]
+    total_terms = loss_terms(problem, cfg).clamp(min=1)  # () nothing masked in the batch: zero loss
+    loss = torch.zeros((), device=device)
+    for i, chunk in enumerate(chunks):
+        micro = problem.examples(int(chunk[0]), int(chunk[-1]) + 1)
+        sync = ddp is None or i == len(chunks) - 1
+        with contextlib.nullcontext() if sync else ddp.no_sync():
+            with autocast(device, cfg.run.precision):
+                micro_loss, terms = compute_loss(trained, cfg, task, stage, micro)
+            weighted = micro_loss * (terms / total_terms)  # exactly micro_loss when accumulate == 1
+            weighted.backward()
+        loss += weighted.detach().float()
+    return loss
 
 
 @torch.no_grad()
@@ -421,17 +521,19 @@ def evaluate(model: SequenceModel, cfg: Config, task: Task, stage: str, split: S
     model.eval()
     kind = "accuracy" if (task.metric == "accuracy" if stage != "pretrain" else cfg.objective.loss == "ce") else "r2"
     metric = Metric(kind)
-    total, terms, examples, calls = 0.0, 0, 0, 0
+    # float64 sums of per-term losses, on the device: read once at the end
+    total, terms = torch.zeros((), dtype=torch.float64, device=device), torch.zeros((), dtype=torch.float64,
+                                                                                    device=device)
+    examples, calls = 0, 0
     for index, (x, y, lengths) in eval_batches(split, cfg.optim.batch_size, limit):
-        x, y, lengths = x.to(device), y.to(device), lengths.to(device)
+        problem = make_problem(cfg, task, stage, x, y, lengths, example_draw(EVAL_MASK_SEED, index)).to(device)
         with autocast(device, cfg.run.precision):
-            loss, n = compute_loss(model, cfg, task, stage, x, y, lengths, example_draw(EVAL_MASK_SEED, index),
-                                   metric)
-        total += loss.item() * n.item()  # float64 sum of per-term losses
-        terms += n.item()
+            loss, n = compute_loss(model, cfg, task, stage, problem, metric)
+        total += loss.double() * n
+        terms += n
         examples, calls = examples + len(index), calls + 1
-    return {"loss": total / max(terms, 1), "metric": metric.value(), "targets": int(metric.n), "examples": examples,
-            "calls": calls, "seconds": time.perf_counter() - start}
+    return {"loss": total.item() / max(terms.item(), 1), "metric": metric.value(), "targets": int(metric.n),
+            "examples": examples, "calls": calls, "seconds": time.perf_counter() - start}
 
 
 def count_eval(state: dict[str, Any], ev: dict[str, float]) -> None:
@@ -477,7 +579,24 @@ def make_optimizer(model: nn.Module, cfg: Config) -> torch.optim.Optimizer:
               {"params": no_decay, "weight_decay": 0.0}]
     groups += [{"params": ps, **dict(opt)} for opt, ps in tagged.items()]
     groups = [g for g in groups if g["params"]]
-    return torch.optim.AdamW(groups, lr=cfg.optim.lr, betas=cfg.optim.betas)
+    # One fused kernel for all parameters on CUDA; elsewhere the multi-tensor (foreach) implementation.
+    on_cuda = all(p.is_cuda for g in groups for p in g["params"])
+    return torch.optim.AdamW(groups, lr=cfg.optim.lr, betas=cfg.optim.betas,
+                             **({"fused": True} if on_cuda else {"foreach": True}))
+
+
+def compile_model(model: nn.Module, device: torch.device) -> nn.Module:
+    """torch.compile(model), or the model itself, with a warning, where compiling cannot work here (no
+    C++ compiler for inductor on CPU, an unsupported platform): probed on a tiny function, so a run
+    never fails mid-way on a compile error it could have trained without."""
+    try:
+        probe = torch.compile(lambda t: torch.nn.functional.gelu(t) * 2.0 + 1.0)
+        probe(torch.ones(4, device=device))
+    except Exception as exc:  # noqa: BLE001 - any compile failure means: train eagerly
+        log.warning("run.compile=true but torch.compile does not work here (%s: %s); training without it",
+                    type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+        return model
+    return torch.compile(model)
 
 
 def make_schedule(cfg: Config, max_steps: int) -> Callable[[int], float]:
