@@ -90,6 +90,9 @@ def test_finetune_from_a_non_run_is_a_user_error(tmp_path):
 def test_non_finite_loss_fails_cleanly(tmp_path):
     result = train.scratch(tiny(tmp_path, "optim.lr=1e30", "optim.warmup_steps=0", "optim.grad_clip=0"))
     assert result["status"] == "failed" and "non-finite loss" in result["reason"]
+    # Noted on the device, acted on at the first eval boundary (no host sync per step): the reason names
+    # the step that diverged and the step it was caught at.
+    assert "at step 1 (checked at step 4)" in result["reason"] and "\n" not in result["reason"]
     saved = checkpoints.read_json(Path(result["run_dir"]) / "result.json")
     assert saved["status"] == "failed"
 
@@ -128,3 +131,74 @@ def test_bf16_autocast_trains(tmp_path, model):
     result = train.pretrain(tiny(tmp_path, f"model.name={model}", "model.d_state=8", "run.precision=bf16",
                                  "optim.max_steps=4", "optim.eval_every=2"))
     assert result["status"] == "completed" and math.isfinite(result["history"][-1]["train_loss"])
+
+
+@pytest.fixture
+def float64():
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
+
+
+def params_after(tmp_path, stage, *extra):
+    """The model's parameters after one optimizer step (last.pt of a 1-step run)."""
+    result = train.run_stage(tiny(tmp_path, "optim.max_steps=1", "optim.eval_every=1", "optim.warmup_steps=0",
+                                  "optim.batch_size=16", *extra), stage)
+    assert result["status"] == "completed"
+    return result, checkpoints.load(Path(result["run_dir"]) / "last.pt")["model"]
+
+
+@pytest.mark.parametrize("stage", ["scratch", "pretrain"])
+def test_accumulated_micro_batches_step_like_the_big_batch(tmp_path, stage, float64):
+    # float64: some gradients are zero in exact arithmetic (a key bias cannot change a softmax over keys);
+    # in float32 they are rounding noise of 1e-9 that AdamW's first step, g / (|g| + eps), turns into
+    # lr-sized moves of either sign. In float64 the noise is far below eps, so what is compared is the
+    # accumulation, not the rounding.
+    big_result, big = params_after(tmp_path / "big", stage)
+    micro_result, micro = params_after(tmp_path / "micro", stage, "optim.accumulate=4")
+    assert big.keys() == micro.keys() and big["backbone.encoder.embed.weight"].dtype == torch.float64
+    moved = 0
+    for name in big:
+        assert torch.allclose(micro[name], big[name], rtol=0, atol=1e-6), name
+        moved += 1
+    assert moved and big_result["history"][0]["train_loss"] == pytest.approx(micro_result["history"][0]["train_loss"],
+                                                                          rel=1e-6)
+    # Same numbers -> same fingerprint: accumulation is how a step runs, not what it computes.
+    assert big_result["run_dir"].split("-")[-1] == micro_result["run_dir"].split("-")[-1]
+
+
+def test_accumulation_weights_micro_batches_by_their_masked_terms():
+    """L1 masked denoising with uneven masks per micro-batch: the gradient is the big batch's, where a
+    micro-batch's mean over few masked tokens counts less than one over many (not a plain mean of means)."""
+    torch.manual_seed(0)
+    cfg = config.load(None, ["objective.loss=l1", "optim.batch_size=6"])
+    net = torch.nn.Linear(4, 3)
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = net
+
+        def forward(self, inputs, lengths):
+            return self.net(inputs)  # (B, L, C)
+
+    mask = torch.zeros(6, 5, dtype=torch.bool)
+    mask[0, :4] = mask[1, 0] = mask[4, 1:] = True  # 4, 1, 0, 0, 4, 0 masked tokens per row
+    problem = train.Problem(torch.randn(6, 5, 4), torch.full((6,), 5), torch.randn(6, 5, 3), mask, 1)
+    grads = {}
+    for accumulate in (1, 3):
+        cfg.optim.accumulate = accumulate
+        net.zero_grad()
+        loss = train.accumulate_gradients(Model(), None, cfg, None, "pretrain", problem, torch.device("cpu"))
+        grads[accumulate] = (loss, net.weight.grad.clone(), net.bias.grad.clone())
+    expected = (net(problem.inputs)[mask] - problem.targets[mask]).abs().mean()
+    assert grads[1][0] == pytest.approx(expected.item(), rel=1e-6)
+    assert grads[3][0] == pytest.approx(expected.item(), rel=1e-6)
+    for a, b in zip(grads[1][1:], grads[3][1:]):
+        assert torch.allclose(a, b, rtol=0, atol=1e-6)
+
+
+def test_accumulate_must_divide_the_batch():
+    with pytest.raises(UserError, match="optim.batch_size=10 is not divisible by optim.accumulate=4"):
+        config.load(None, ["optim.batch_size=10", "optim.accumulate=4"])
