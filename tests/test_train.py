@@ -202,3 +202,44 @@ def test_accumulation_weights_micro_batches_by_their_masked_terms():
 def test_accumulate_must_divide_the_batch():
     with pytest.raises(UserError, match="optim.batch_size=10 is not divisible by optim.accumulate=4"):
         config.load(None, ["optim.batch_size=10", "optim.accumulate=4"])
+
+
+def losses(result):
+    return [h[key] for h in result["history"] for key in ("train_loss", "val_loss")] + [result["test_loss"]]
+
+
+@pytest.mark.slow  # compiling forward, backward and eval graphs on CPU: ~30 s cold
+def test_compiled_model_trains_like_eager(tmp_path, monkeypatch):
+    compiled_models = []
+    original = train.compile_model
+    monkeypatch.setattr(train, "compile_model", lambda *a: compiled_models.append(original(*a)) or compiled_models[-1])
+    quick = ["optim.max_steps=4", "optim.eval_every=2", "task.max_val_examples=16"]
+    eager = train.pretrain(tiny(tmp_path / "eager", *quick))
+    compiled = train.pretrain(tiny(tmp_path / "compiled", *quick, "run.compile=true"))
+    assert len(compiled_models) == 1 and isinstance(compiled_models[0], torch._dynamo.eval_frame.OptimizedModule)
+    # Fused kernels reorder float operations: equal up to rounding, not bit for bit.
+    assert losses(compiled) == pytest.approx(losses(eager), rel=1e-4)
+    assert compiled["run_dir"].split("-")[-1] == eager["run_dir"].split("-")[-1]  # dropout 0: same numbers
+
+
+def test_compile_falls_back_to_eager_with_a_warning(tmp_path, monkeypatch, caplog):
+    def no_compiler(*args, **kwargs):
+        raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found")
+
+    monkeypatch.setattr(torch, "compile", no_compiler)
+    quick = ["optim.max_steps=2", "optim.eval_every=2", "task.max_val_examples=16"]
+    eager = train.scratch(tiny(tmp_path / "eager", *quick))
+    with caplog.at_level("WARNING", logger="sptune.train"):
+        fallback = train.scratch(tiny(tmp_path / "fallback", *quick, "run.compile=true"))
+    assert "torch.compile does not work here (RuntimeError: InvalidCxxCompiler" in caplog.text
+    assert fallback["status"] == "completed" and losses(fallback) == losses(eager)
+
+
+def test_optimizer_is_foreach_on_cpu_and_keeps_the_ssm_groups():
+    from sptune.build import build_task_model
+    from sptune.registry import get_task
+
+    cfg = config.load(None, ["model.name=s4", "model.d_model=8", "model.d_state=8", "model.ssm_lr=2e-4"])
+    opt = train.make_optimizer(build_task_model(cfg, get_task("listops-mini")), cfg)
+    assert all(g["foreach"] and not g["fused"] for g in opt.param_groups)
+    assert any(g["lr"] == 2e-4 and g["weight_decay"] == 0.0 for g in opt.param_groups)
