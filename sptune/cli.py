@@ -1,10 +1,11 @@
-"""`sptune` command line: pretrain, finetune, scratch, compare, data.
+"""`sptune` command line: pretrain, finetune, scratch, compare, data, doctor.
 
     sptune pretrain configs/listops_mini_transformer.yaml optim.lr=1e-3
     sptune finetune configs/listops_mini_transformer.yaml --from runs/pretrain-listops-mini-transformer-s0-845c8a
     sptune scratch  configs/listops_mini_transformer.yaml
     sptune compare  configs/listops_mini_transformer.yaml      # scratch vs SPT side by side
     sptune compare  configs/pathfinder_tiny_transformer.yaml --seeds 0 1 2   # per seed + paired gain, 95% CI
+    sptune doctor   [--address auto]   # can this node (every Ray node) train? backends, versions, tokens/s
 
 User mistakes (bad values, unknown names, missing data) print one line and exit with code 2.
 """
@@ -133,6 +134,21 @@ def compare_table(results: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from sptune import doctor
+
+    address = doctor.cluster_address(args.address)
+    if address:
+        reports = doctor.check_cluster(address, seconds=args.seconds)
+    else:
+        reports = [doctor.check_node(seconds=args.seconds)]
+    print("\n".join(doctor.format_report(r) for r in reports))
+    if address:
+        able = sum(r["can_train"] for r in reports)
+        print(f"{able} of {len(reports)} node(s) can train")
+    return 0 if reports and all(r["can_train"] for r in reports) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sptune", description="Self-pretraining for long-sequence models.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -157,6 +173,15 @@ def build_parser() -> argparse.ArgumentParser:
                            help="compare once per seed (run.seed=S) and report the mean paired SPT - scratch "
                                 "gain with its 95%% Student-t interval")
         p.set_defaults(func=cmd_compare if name == "compare" else cmd_stage)
+    doctor_help = ("check that this node (or, with --address / RAY_ADDRESS, every node of a running Ray cluster) "
+                   "can train: device, torch/CUDA versions, which attention and SSM kernels work and are used, "
+                   "and training tokens/s; exit 0 when every node can train, else 1")
+    p = sub.add_parser("doctor", help=doctor_help, description=doctor_help)
+    p.add_argument("--address", default=None,
+                   help="Ray cluster to check node by node ('auto' = the running one); default: RAY_ADDRESS, "
+                        "else this machine only")
+    p.add_argument("--seconds", type=float, default=2.0, help="length of the throughput measurement")
+    p.set_defaults(func=cmd_doctor)
     from sptune import data_cli
     from sptune.studies import cli as studies_cli
     from sptune.tune import cli as tune_cli

@@ -1,0 +1,88 @@
+"""`sptune doctor`: the local check on CPU, the exit codes, and the Ray cluster path."""
+
+import pytest
+import torch
+
+from sptune import cli, doctor
+
+
+@pytest.fixture(scope="module")
+def local_report():
+    return doctor.check_node(seconds=0.2)
+
+
+def test_local_check_on_cpu_reports_versions_backends_and_throughput(local_report):
+    report = local_report
+    assert report["torch"] == torch.__version__ and report["device"].startswith("cpu")
+    backends = {b["name"]: b for b in report["backends"]}
+    assert set(backends) == {"sdpa", "flash-attn", "pykeops-cauchy", "torch"}
+    assert backends["sdpa"]["ok"] and backends["sdpa"]["active"] and "kernel" in backends["sdpa"]["detail"]
+    flash = backends["flash-attn"]
+    assert not flash["active"] and flash["ok"] is not False  # not applicable here, not broken
+    assert "not installed" in flash["detail"] or "no CUDA" in flash["detail"]
+    assert backends["torch"]["ok"] is True
+    # Exactly one S4 Cauchy backend is the one runs use.
+    assert backends["torch"]["active"] != backends["pykeops-cauchy"]["active"]
+    t = report["throughput"]
+    assert t["ok"] and t["steps"] >= 1 and t["tokens_per_s"] > 0
+    assert report["can_train"] is True
+
+
+def test_report_prints_one_line_per_backend(local_report):
+    text = doctor.format_report(local_report)
+    assert f"torch {torch.__version__}" in text and "can train" in text and "training tokens/s" in text
+    backend_lines = [line.split()[0] for line in text.splitlines() if line.startswith("    ")]
+    assert backend_lines == ["sdpa", "flash-attn", "pykeops-cauchy", "torch"]
+
+
+def test_cli_exits_0_when_the_node_can_train(capsys, monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert cli.main(["doctor", "--seconds", "0.2"]) == 0
+    out = capsys.readouterr().out
+    assert "can train" in out and "flash-attn" in out and f"torch {torch.__version__}" in out
+
+
+def test_cli_exits_1_when_no_backend_can_train(capsys, monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+
+    def broken(device):
+        raise RuntimeError("CUDA error: no kernel image is available for execution on the device")
+
+    monkeypatch.setattr(doctor, "BACKENDS", {name: broken for name in doctor.BACKENDS})
+    assert cli.main(["doctor", "--seconds", "0.2"]) == 1
+    out = capsys.readouterr().out
+    assert "CANNOT TRAIN" in out and out.count("FAILED") == 4 and "no kernel image" in out
+
+
+def test_a_node_whose_training_step_fails_cannot_train(monkeypatch):
+    def no_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr("sptune.train.make_optimizer", no_memory)
+    report = doctor.check_node(seconds=0.2)
+    assert not report["can_train"] and "out of memory" in report["throughput"]["detail"]
+    assert "throughput: FAILED" in doctor.format_report(report)
+
+
+def test_bad_seconds_is_a_user_error(capsys):
+    assert cli.main(["doctor", "--seconds", "0"]) == 2
+    assert "--seconds" in capsys.readouterr().err
+
+
+def test_cluster_check_runs_on_every_alive_node(monkeypatch):
+    """A local one-node Ray cluster: the check runs as a task pinned to the node and reports it."""
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+    try:
+        reports = doctor.check_cluster("auto", seconds=0.2, timeout_s=120)
+        node_ids = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    finally:
+        if started:
+            ray.shutdown()
+    assert {r["node_id"] for r in reports} == node_ids and len(reports) == 1
+    assert reports[0]["can_train"], reports[0]
+    assert reports[0]["torch"] == torch.__version__
+    assert "node " in doctor.format_report(reports[0])
