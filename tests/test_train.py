@@ -243,3 +243,76 @@ def test_optimizer_is_foreach_on_cpu_and_keeps_the_ssm_groups():
     opt = train.make_optimizer(build_task_model(cfg, get_task("listops-mini")), cfg)
     assert all(g["foreach"] and not g["fused"] for g in opt.param_groups)
     assert any(g["lr"] == 2e-4 and g["weight_decay"] == 0.0 for g in opt.param_groups)
+
+
+def _ddp_accumulate_worker(rank: int, world: int, out_dir: str, port: int) -> None:
+    import contextlib
+    import os
+
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.set_default_dtype(torch.float64)  # see test_accumulated_micro_batches_step_like_the_big_batch
+    skipped_syncs = []
+    original = torch.nn.parallel.DistributedDataParallel.no_sync
+
+    @contextlib.contextmanager
+    def counting_no_sync(self):
+        skipped_syncs.append(1)
+        with original(self):
+            yield
+
+    torch.nn.parallel.DistributedDataParallel.no_sync = counting_no_sync
+    try:
+        for accumulate in (1, 2):
+            cfg = config.load(None, TINY + [f"run.out_dir={out_dir}/a{accumulate}", "optim.max_steps=2",
+                                            "optim.eval_every=2", f"optim.accumulate={accumulate}",
+                                            "run.num_threads=1"])
+            assert train.scratch(cfg)["status"] == "completed"
+        assert len(skipped_syncs) == 2  # accumulate=2: the first micro-batch of each of the 2 steps
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    os._exit(0)  # as in test_ddp.py: skip gloo's racy interpreter teardown
+
+
+def test_accumulation_under_ddp_all_reduces_once_per_step(tmp_path):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_ddp_accumulate_worker, args=(2, str(tmp_path), port), nprocs=2, join=True)
+    (one,), (two,) = ((tmp_path / f"a{a}").glob("scratch-*/last.pt") for a in (1, 2))
+    one, two = checkpoints.load(one)["model"], checkpoints.load(two)["model"]
+    assert one.keys() == two.keys()
+    for name in one:
+        assert torch.allclose(one[name], two[name], rtol=0, atol=1e-6), name
+
+
+def test_training_steps_read_nothing_back_from_the_device(tmp_path, monkeypatch):
+    """sptune's host reads (.item(), which wait for the device) happen per eval, not per step: 8 steps
+    between two evals read back as many values as 4 steps do. (torch's own CPU AdamW reads its CPU step
+    counters; on CUDA the fused AdamW keeps them on the device.)"""
+    import sys
+
+    reads = []
+    original = torch.Tensor.item
+    package = str(Path(train.__file__).parent)
+
+    def item(self):
+        if sys._getframe(1).f_code.co_filename.startswith(package):
+            reads.append(1)
+        return original(self)
+
+    monkeypatch.setattr(torch.Tensor, "item", item)
+
+    def count(steps):
+        reads.clear()
+        train.scratch(tiny(tmp_path / str(steps), f"optim.max_steps={steps}", f"optim.eval_every={steps}"))
+        return len(reads)
+
+    assert count(4) == count(8) > 0
