@@ -241,7 +241,8 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
     result: dict[str, Any] = {"stage": stage, "task": task.name, "model": cfg.model.name, "run_dir": str(run_dir),
                               "metric": metric_name, "n_params": count_parameters(model),
                               "init_from": str(pretrain_dir(init_from)) if init_from else None}
-    end = dict(state=state, cost=cost, world=world, run_dir=run_dir, write=main_rank)  # what finish() needs
+    end = dict(state=state, cost=cost, world=world, accumulate=cfg.optim.accumulate, run_dir=run_dir,
+               write=main_rank)  # what finish() needs
     progress = make_progress(cfg, max_steps, state["step"], f"{stage} {task.name}/{cfg.model.name}")
 
     def step_problem(step: int) -> Problem:  # this rank's share of step's batch, on the CPU (prefetch thread)
@@ -345,9 +346,10 @@ def fresh_state() -> dict[str, Any]:
 
 
 def finish(result: dict[str, Any], state: dict[str, Any], cost: flops.Flops, world: int, run_dir: Path,
-           status: str, reason: str | None = None, write: bool = True) -> dict[str, Any]:
+           status: str, reason: str | None = None, write: bool = True, accumulate: int = 1) -> dict[str, Any]:
     """Complete and write result.json. Seconds and FLOPs are of all devices: under DDP every rank trains
-    its share of each batch, generates the SSM kernels and evaluates the whole split."""
+    its share of each batch, generates the SSM kernels and evaluates the whole split; with accumulation
+    each micro-batch is a model call (the SSM kernels are generated once per call)."""
     history = state["history"]
     result.update(status=status, reason=reason, steps=state["step"], best_step=state["best_step"],
                   best_val=state["best_metric"] if history else None, best_val_loss=state["best_loss"],
@@ -355,7 +357,7 @@ def finish(result: dict[str, Any], state: dict[str, Any], cost: flops.Flops, wor
                   examples_seen=state["examples_seen"], train_seconds=state["train_seconds"],
                   eval_seconds=state["eval_seconds"],
                   device_seconds=(state["train_seconds"] + state["eval_seconds"]) * world,
-                  train_flops=cost.train(state["examples_seen"], state["step"] * world),
+                  train_flops=cost.train(state["examples_seen"], state["step"] * world * accumulate),
                   eval_flops=cost.forward(state["eval_examples"], state["eval_calls"]) * world, history=history)
     if write:
         checkpoints.write_json_atomic(result, run_dir / checkpoints.RESULT)

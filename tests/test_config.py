@@ -41,6 +41,9 @@ def test_overrides_and_stage_sections(tmp_path):
     (["model.dt_min=0"], ["model.dt_min", "> 0"]),
     (["model.dt_min=0.2"], ["model.dt_min=0.2", "below model.dt_max=0.1"]),
     (["lr=1"], ["section.field=value"]),
+    (["optim.accumulate=0"], ["optim.accumulate", "> 0"]),
+    (["optim.batch_size=10", "optim.accumulate=4"], ["optim.batch_size=10", "not divisible by optim.accumulate=4"]),
+    (["run.compile=maybe"], ["run.compile", "bool"]),
 ])
 def test_bad_values_name_the_field(override, words):
     with pytest.raises(UserError) as err:

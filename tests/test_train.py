@@ -199,9 +199,48 @@ def test_accumulation_weights_micro_batches_by_their_masked_terms():
         assert torch.allclose(a, b, rtol=0, atol=1e-6)
 
 
-def test_accumulate_must_divide_the_batch():
-    with pytest.raises(UserError, match="optim.batch_size=10 is not divisible by optim.accumulate=4"):
-        config.load(None, ["optim.batch_size=10", "optim.accumulate=4"])
+def test_accumulate_and_compile_are_fingerprinted_only_where_they_change_the_numbers():
+    from sptune import fingerprint
+
+    def digest(*overrides):
+        return fingerprint.of(config.load(None, list(overrides)), "scratch").digest
+
+    plain = digest()
+    assert digest("optim.accumulate=4") == digest("run.compile=true") == plain
+    # Dropout: micro-batches and compiled kernels draw other masks. BatchNorm: statistics per micro-batch.
+    dropout = digest("model.dropout=0.1")
+    assert len({dropout, digest("model.dropout=0.1", "optim.accumulate=4"),
+                digest("model.dropout=0.1", "run.compile=true")}) == 3
+    batch_norm = digest("model.norm=batch")
+    assert digest("model.norm=batch", "run.compile=true") == batch_norm != digest("model.norm=batch",
+                                                                                 "optim.accumulate=2")
+
+
+def test_prefetcher_builds_each_step_once_ahead_of_use():
+    from sptune.data import Prefetcher
+
+    class Item:
+        def __init__(self, step):
+            self.step, self.pinned = step, False
+
+        def pin_memory(self):
+            self.pinned = True
+            return self
+
+    built = []
+
+    def make(step):
+        built.append(step)
+        return Item(step)
+
+    with Prefetcher(make, start=3, stop=7, pin=True, depth=2) as batches:
+        first = batches.get(3)
+        assert (first.step, first.pinned) == (3, True)
+        for future in list(batches._pending.values()):
+            future.result()
+        assert sorted(built) == [3, 4, 5]  # steps 4 and 5 were built while step 3 was in use
+        assert [batches.get(s).step for s in (4, 5, 6)] == [4, 5, 6]
+    assert sorted(built) == [3, 4, 5, 6]  # each once, nothing past stop
 
 
 def losses(result):
