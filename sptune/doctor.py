@@ -46,7 +46,8 @@ def device_of() -> torch.device:
 def describe_device(device: torch.device) -> str:
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        return f"cuda:{device.index} {props.name} ({props.total_memory / 2**30:.0f} GiB, {torch.cuda.device_count()} visible)"
+        return (f"cuda:{device.index} {props.name} ({props.total_memory / 2**30:.0f} GiB, "
+                f"{torch.cuda.device_count()} visible)")
     return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 
@@ -60,7 +61,8 @@ def forward_backward(fn: Callable[[], torch.Tensor]) -> None:
 
 def attention_inputs(device: torch.device, dtype: torch.dtype) -> list[torch.Tensor]:
     generator = torch.Generator().manual_seed(0)
-    return [torch.randn(2, 4, 128, 32, generator=generator).to(device, dtype).requires_grad_() for _ in range(3)]  # (B, H, L, hd)
+    shape = (2, 4, 128, 32)  # (B, H, L, hd)
+    return [torch.randn(shape, generator=generator).to(device, dtype).requires_grad_() for _ in range(3)]
 
 
 def sdpa_kernel_name(q: torch.Tensor) -> str:
@@ -87,13 +89,15 @@ def check_flash_attn(device: torch.device) -> dict[str, Any]:
     from sptune.models import transformer
 
     if transformer.flash_attn_func is None:
-        return {"ok": None, "active": False, "detail": "not installed (pip install 'sptune[gpu]' on a CUDA node); SDPA "
-                                           "computes the same attention"}
+        return {"ok": None, "active": False,
+                "detail": "not installed (pip install 'sptune[gpu]' on a CUDA node); SDPA computes the same attention"}
     if device.type != "cuda":
         return {"ok": None, "active": False, "detail": "installed, but no CUDA device: it runs only on CUDA"}
-    q, k, v = (t.detach().transpose(1, 2).requires_grad_() for t in attention_inputs(device, torch.bfloat16))  # (B, L, H, hd)
+    # flash-attn takes (B, L, H, hd)
+    q, k, v = (t.detach().transpose(1, 2).requires_grad_() for t in attention_inputs(device, torch.bfloat16))
     forward_backward(lambda: transformer.flash_attn_func(q, k, v).float().square().mean())
-    return {"ok": True, "active": True, "detail": "full attention of run.precision=bf16 runs (flash-attn needs fp16/bf16)"}
+    return {"ok": True, "active": True,
+            "detail": "full attention of run.precision=bf16 runs (flash-attn needs fp16/bf16)"}
 
 
 def s4_loss(backend: str, device: torch.device) -> Callable[[], torch.Tensor]:
@@ -115,10 +119,12 @@ def check_keops(device: torch.device) -> dict[str, Any]:
     from sptune.models import ssm
 
     if not ssm.HAS_KEOPS:
-        return {"ok": None, "active": False, "detail": "pykeops not installed (pip install 'sptune[keops]'); S4 uses the "
-                                           "torch Cauchy kernel, which holds an (H, 2N, L) matrix in memory"}
+        return {"ok": None, "active": False,
+                "detail": "pykeops not installed (pip install 'sptune[keops]'); S4 uses the torch Cauchy kernel, "
+                          "which holds an (H, 2N, L) matrix in memory"}
     forward_backward(s4_loss("keops", device))
-    return {"ok": True, "active": ssm.resolve_backend("auto") == "keops", "detail": "S4 Cauchy kernel (model.kernel_backend=auto)"}
+    return {"ok": True, "active": ssm.resolve_backend("auto") == "keops",
+            "detail": "S4 Cauchy kernel (model.kernel_backend=auto)"}
 
 
 def check_torch(device: torch.device) -> dict[str, Any]:
@@ -126,8 +132,9 @@ def check_torch(device: torch.device) -> dict[str, Any]:
 
     forward_backward(s4_loss("torch", device))
     used = ssm.resolve_backend("auto") == "torch"
-    return {"ok": True, "active": used, "detail": "S4 Cauchy kernel" + (" (pykeops not installed)" if used else
-                                                             " with model.kernel_backend=torch only: pykeops is used")}
+    return {"ok": True, "active": used,
+            "detail": "S4 Cauchy kernel" + (" (pykeops not installed)" if used else
+                                            " with model.kernel_backend=torch only: pykeops is used")}
 
 
 BACKENDS: dict[str, Callable[[torch.device], dict[str, Any]]] = {
@@ -198,8 +205,9 @@ def check_node(seconds: float = THROUGHPUT_SECONDS) -> dict[str, Any]:
     if not seconds > 0:
         raise UserError(f"throughput seconds={seconds} must be > 0; pass e.g. --seconds 2")
     device = device_of()
-    backends = [check_backend(name, device) for name in BACKENDS]
-    throughput = measure_throughput(device, seconds)
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # the caller's RNG untouched
+        backends = [check_backend(name, device) for name in BACKENDS]
+        throughput = measure_throughput(device, seconds)
     can_train = any(b["ok"] is True for b in backends) and throughput["ok"]
     return {"host": socket.gethostname(), "python": platform.python_version(), "torch": torch.__version__,
             "cuda": torch.version.cuda, "device": describe_device(device), "backends": backends,
@@ -217,8 +225,8 @@ def check_cluster(address: str, seconds: float = THROUGHPUT_SECONDS,
         try:
             ray.init(address=address, logging_level="WARNING", log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise UserError(f"cannot reach a Ray cluster at {address} ({first_line(exc)}); start one "
-                            f"(`ray start --head`) or run `sptune doctor` without --address to check this machine") from None
+            raise UserError(f"cannot reach a Ray cluster at {address} ({first_line(exc)}); start one (`ray start "
+                            f"--head`) or run `sptune doctor` without --address to check this machine") from None
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     remote = ray.remote(check_node)
     pending = {}
@@ -259,6 +267,6 @@ def format_report(report: dict[str, Any]) -> str:
         state = "FAILED" if b["ok"] is False else ("active" if b["active"] else "inactive")
         lines.append(f"    {b['name']:<15} {state:<8} {b['detail']}")
     t = report["throughput"]
-    lines.append(f"  throughput: {t['tokens_per_s']:,.0f} training tokens/s ({t['steps']} steps in {t['seconds']:.1f} s; "
-                 f"{t['detail']})" if t["ok"] else f"  throughput: FAILED ({t['detail']})")
+    lines.append(f"  throughput: {t['tokens_per_s']:,.0f} training tokens/s ({t['steps']} steps in "
+                 f"{t['seconds']:.1f} s; {t['detail']})" if t["ok"] else f"  throughput: FAILED ({t['detail']})")
     return "\n".join(lines)

@@ -232,7 +232,8 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
         claim(run_dir, cfg, fp, restart)
     writer = make_writer(run_dir, main_rank)
 
-    # 6. Train loop: one optimizer step per batch; eval, TensorBoard and checkpoints every eval_every.
+    # 6. Train loop: one optimizer step per batch (of optim.accumulate micro-batches); eval, TensorBoard and
+    #    checkpoints every eval_every.
     metric_name = "masked_accuracy" if pretraining and cfg.objective.loss == "ce" else (
         "masked_r2" if pretraining else task.metric)
     if pretraining and cfg.objective.kind == "causal":
@@ -276,7 +277,8 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
         progress.update(1)
 
         if state["step"] % cfg.optim.eval_every == 0 or state["step"] == max_steps:
-            bad_step = int(first_bad_step)  # the loop's one host sync per eval period
+            # The loop's one host sync per eval period; it also lets the clock below see the queued steps done.
+            bad_step = int(first_bad_step)
             if bad_step >= 0:
                 reason = (f"non-finite loss ({float(first_bad_loss)}) at step {bad_step} (checked at step "
                           f"{state['step']}): lower optim.lr or raise optim.warmup_steps")

@@ -86,3 +86,11 @@ def test_cluster_check_runs_on_every_alive_node(monkeypatch):
     assert reports[0]["can_train"], reports[0]
     assert reports[0]["torch"] == torch.__version__
     assert "node " in doctor.format_report(reports[0])
+
+
+def test_the_check_leaves_the_callers_random_state_alone():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    doctor.check_node(seconds=0.05)
+    assert torch.equal(torch.rand(3), expected)
