@@ -94,3 +94,17 @@ def test_the_check_leaves_the_callers_random_state_alone():
     torch.manual_seed(123)
     doctor.check_node(seconds=0.05)
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_an_unreachable_cluster_is_a_one_line_user_error(capsys, monkeypatch):
+    import ray
+
+    def no_cluster(*args, **kwargs):
+        raise ConnectionError("Could not find any running Ray instance.")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", no_cluster)
+    monkeypatch.setenv("RAY_ADDRESS", "auto")  # the environment alone selects the cluster check
+    assert cli.main(["doctor"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot reach a Ray cluster at auto" in err and "without --address" in err and err.count("\n") == 1
