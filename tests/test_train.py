@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sptune import checkpoints, config, train
+from sptune import checkpoints, config, files, train
 from sptune.errors import UserError
 
 TINY = ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.d_ff=32", "optim.batch_size=8",
@@ -29,7 +29,7 @@ def test_pretraining_loss_decreases_and_result_is_complete(tmp_path):
     run_dir = Path(result["run_dir"])
     assert run_dir.parent == tmp_path and run_dir.name.startswith("pretrain-listops-mini-transformer-s0-")
     assert (run_dir / "config.yaml").is_file() and (run_dir / "fingerprint.json").is_file()
-    assert checkpoints.read_json(run_dir / "result.json")["steps"] == 40
+    assert files.read_json(run_dir / "result.json")["steps"] == 40
 
 
 def test_same_seed_same_numbers_on_cpu(tmp_path):
@@ -90,7 +90,7 @@ def test_finetune_from_a_non_run_is_a_user_error(tmp_path):
 def test_non_finite_loss_fails_cleanly(tmp_path):
     result = train.scratch(tiny(tmp_path, "optim.lr=1e30", "optim.warmup_steps=0", "optim.grad_clip=0"))
     assert result["status"] == "failed" and "non-finite loss" in result["reason"]
-    saved = checkpoints.read_json(Path(result["run_dir"]) / "result.json")
+    saved = files.read_json(Path(result["run_dir"]) / "result.json")
     assert saved["status"] == "failed"
 
 
