@@ -43,7 +43,7 @@ def plain(config: str, overrides: list[str], trials: int, out: Path) -> float:
 def tuned(config: str, overrides: list[str], trials: int, out: Path, path: str) -> tuple[float, float, list[float]]:
     import ray
 
-    from sptune import checkpoints
+    from sptune import files
     from sptune.tune import pipeline, trainable
 
     space = out / "space.yaml"
@@ -64,12 +64,12 @@ def tuned(config: str, overrides: list[str], trials: int, out: Path, path: str) 
     finally:
         ray.shutdown()
     runs = sorted((Path(state["dir"]) / "scratch").iterdir(),
-                  key=lambda d: checkpoints.read_json(d / "trial.json")["attempts"][0]["started"])
+                  key=lambda d: files.read_json(d / "trial.json")["attempts"][0]["started"])
     latencies, previous_end = [], begin_wall
     for run in runs:
-        started = checkpoints.read_json(run / "trial.json")["attempts"][0]["started"]
+        started = files.read_json(run / "trial.json")["attempts"][0]["started"]
         latencies.append(started - previous_end)
-        previous_end = (run / "result.json").stat().st_mtime
+        previous_end = (run / files.RESULT).stat().st_mtime
     return total, ray_start, latencies
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
+from sptune import files
 from sptune.errors import UserError
 
 OUTPUTS = ("progress", "verbose", "quiet")
@@ -88,9 +89,9 @@ def _check_output(output: str) -> None:
 
 def _run(study_dir: Path, address: str | None, mode: str, header: list[str], retry_failed: bool = False) -> Path:
     from sptune import output, results
-    from sptune.tune import pipeline, plots, search
+    from sptune.tune import pipeline, plots
 
-    log_path = study_dir / output.LOG_NAME
+    log_path = study_dir / files.STUDY_LOG
     with output.captured(log_path, echo=mode == "verbose", show_trials=mode != "quiet") as console:
         if mode != "quiet":
             for line in header + [f"log: {log_path}   (Ray, Tune and every trial's output)"]:
@@ -100,7 +101,7 @@ def _run(study_dir: Path, address: str | None, mode: str, header: list[str], ret
         console.line()
         console.line(results.summary(study_dir, rows))
         pngs = plots.write(study_dir)
-        console.line(f"Optuna: optuna-dashboard {study_dir / search.JOURNAL}   plots: "
+        console.line(f"Optuna: optuna-dashboard {study_dir / files.OPTUNA_JOURNAL}   plots: "
                      f"{study_dir / plots.PLOTS_DIR}/ ({len(pngs)} PNG)")
         console.line(f"log: {log_path}")
     return study_dir
@@ -110,7 +111,7 @@ def _run_seeds(parent: Path, address: str | None, mode: str, header: list[str]) 
     from sptune import output
     from sptune.tune import seeds as multi
 
-    log_path = parent / output.LOG_NAME
+    log_path = parent / files.STUDY_LOG
     with output.captured(log_path, echo=mode == "verbose", show_trials=mode != "quiet") as console:
         if mode != "quiet":
             for line in header + [f"log: {log_path}   (Ray, Tune and every trial's output)"]:
@@ -132,7 +133,7 @@ def report(study_dir: str | Path) -> tuple[str, list[Path]]:
 
     study_dir = Path(pipeline.load_state(study_dir)["dir"])
     rows = results.collect(study_dir)
-    results.write_csv(rows, study_dir / results.CSV_NAME)
+    results.write_csv(rows, study_dir / files.RESULTS_CSV)
     return results.summary(study_dir, rows), plots.write(study_dir)
 
 
@@ -174,12 +175,12 @@ def load_history(run_dir: str | Path):
     from sptune import checkpoints
 
     run_dir = Path(run_dir)
-    result = run_dir / checkpoints.RESULT
+    result = run_dir / files.RESULT
     if result.is_file():
-        history = checkpoints.read_json(result)["history"]
-    elif (run_dir / checkpoints.LAST).is_file():
-        history = checkpoints.load(run_dir / checkpoints.LAST)["state"]["history"]
+        history = files.read_json(result)["history"]
+    elif (run_dir / files.LAST).is_file():
+        history = checkpoints.load(run_dir / files.LAST)["state"]["history"]
     else:
-        raise UserError(f"{run_dir} has no {checkpoints.RESULT} or {checkpoints.LAST}: not a run directory "
+        raise UserError(f"{run_dir} has no {files.RESULT} or {files.LAST}: not a run directory "
                         f"(or it has not reached its first eval)")
     return pd.DataFrame(history)

@@ -9,7 +9,6 @@ names the file and what to do.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +17,6 @@ import torch
 from sptune import atomic
 from sptune.errors import UserError
 
-LAST = "last.pt"
-BEST = "best.pt"
-RESULT = "result.json"
 # What to do about an unusable checkpoint when the caller knows no better.
 REDO = "rerun the stage that wrote it"
 
@@ -75,20 +71,3 @@ def describe(exc: Exception) -> str:
     lines = [line.strip() for line in str(exc).splitlines()
              if line.strip() and not line.strip().startswith(BOILERPLATE)]
     return f"{type(exc).__name__}: {lines[0].split('. ')[0]}" if lines else type(exc).__name__
-
-
-def write_json_atomic(obj: Any, path: Path) -> None:
-    atomic.write_json(path, obj)
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    return json.loads(Path(path).read_text())
-
-
-def finished_result(run_dir: Path) -> dict[str, Any] | None:
-    """The run's result.json once the run has ended (completed or failed); None while it has not."""
-    path = Path(run_dir) / RESULT
-    if not path.is_file():
-        return None
-    result = read_json(path)
-    return result if result.get("status") in ("completed", "failed") else None

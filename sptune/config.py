@@ -177,7 +177,7 @@ def from_dict(data: dict[str, Any] | None) -> Config:
     return cfg
 
 
-STAGE_NAMES = ("pretrain", "finetune", "scratch")
+STAGES = ("pretrain", "finetune", "scratch")  # the one list of stages, in the order a study runs them
 
 
 def parse_overrides(overrides: list[str], stage: str | None = None) -> dict[str, dict[str, Any]]:
@@ -189,7 +189,7 @@ def parse_overrides(overrides: list[str], stage: str | None = None) -> dict[str,
     for item in overrides:
         key, sep, value = item.partition("=")
         parts = key.split(".")
-        if parts[0] in STAGE_NAMES and len(parts) == 3:
+        if parts[0] in STAGES and len(parts) == 3:
             if parts[0] != stage:
                 continue
             parts = parts[1:]
@@ -223,8 +223,8 @@ def load(path: str | os.PathLike | None = None, overrides: list[str] | None = No
         if not isinstance(data, dict):
             raise UserError(f"config file {p} must hold a mapping of sections (task, model, objective, optim, run)")
     stages = data.pop("stages", None) or {}
-    if not isinstance(stages, dict) or set(stages) - set(STAGE_NAMES):
-        raise UserError(f"config 'stages' must map some of {', '.join(STAGE_NAMES)} to config sections")
+    if not isinstance(stages, dict) or set(stages) - set(STAGES):
+        raise UserError(f"config 'stages' must map some of {', '.join(STAGES)} to config sections")
     if stage is not None:
         data = merge(data, stages.get(stage) or {})
     cfg = from_dict(merge(data, parse_overrides(overrides or [], stage)))

@@ -17,13 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sptune import atomic, checkpoints
+from sptune import atomic, files
 from sptune.config import Config
 from sptune.config import load as load_config
 from sptune.errors import UserError
 
-FILE = "fingerprint.json"
-CONFIG = "config.yaml"
 # Config fields that cannot make a run another experiment: where the run lives (out_dir, name), what
 # it shows (progress) and whether an existing run is continued (resume, itself guarded by this
 # fingerprint). num_threads only reorders float reductions (last-bit differences); a Ray trial sets
@@ -78,10 +76,10 @@ def recorded(run_dir: Path) -> Fingerprint | None:
     """The fingerprint a run directory holds. A directory from before fingerprints has only its
     config.yaml: its config fields are the fingerprint (stage and init unknown). None if neither."""
     run_dir = Path(run_dir)
-    if (run_dir / FILE).is_file():
-        return Fingerprint(checkpoints.read_json(run_dir / FILE)["fields"])
-    if (run_dir / CONFIG).is_file():
-        return Fingerprint(config_fields(load_config(run_dir / CONFIG)))
+    if (run_dir / files.FINGERPRINT).is_file():
+        return Fingerprint(files.read_json(run_dir / files.FINGERPRINT)["fields"])
+    if (run_dir / files.CONFIG).is_file():
+        return Fingerprint(config_fields(load_config(run_dir / files.CONFIG)))
     return None
 
 
@@ -108,4 +106,4 @@ def check(run_dir: Path, new: Fingerprint) -> None:
 
 
 def write(run_dir: Path, fp: Fingerprint) -> None:
-    atomic.write_json(Path(run_dir) / FILE, {"hash": fp.digest, "fields": fp.fields})
+    atomic.write_json(Path(run_dir) / files.FINGERPRINT, {"hash": fp.digest, "fields": fp.fields})

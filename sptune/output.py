@@ -1,6 +1,6 @@
 """What a study shows: a few lines on the terminal, and everything Ray and the trials print in a log file.
 
-    with output.captured(study_dir / output.LOG_NAME, echo=False) as console:
+    with output.captured(study_dir / files.STUDY_LOG, echo=False) as console:
         console.line("...")   # our own lines: the terminal and the log
         ...                   # Ray, Tune and the trials print into the log (echo=True: the terminal too)
 
@@ -23,7 +23,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, TextIO
 
-LOG_NAME = "study.log"
 
 _active: list["Console"] = []  # the console of the innermost `captured` block
 

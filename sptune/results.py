@@ -23,12 +23,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from sptune import checkpoints, selection
+from sptune.config import STAGES
+from sptune import files, selection
 from sptune.atomic import write_text as write_text_atomic
 
-STAGES = ("pretrain", "finetune", "scratch")
-CSV_NAME = "results.csv"
-STUDY_FILE = "study.json"
 RULE = ("selection: per stage, the trial with the best validation metric (a tie, i.e. the same number of correct "
         "targets or an equal R², broken by the lower validation loss); its test metric is measured at that trial's "
         "best-validation checkpoint (chosen by the same rule); finetuning starts from the selected pretraining "
@@ -44,8 +42,8 @@ COLUMNS = ["stage", "trial_id", "status", "reason", "metric", "best_val", "best_
 
 
 def study_state(study_dir: Path) -> dict[str, Any]:
-    path = Path(study_dir) / STUDY_FILE
-    return checkpoints.read_json(path) if path.is_file() else {}
+    path = Path(study_dir) / files.STUDY
+    return files.read_json(path) if path.is_file() else {}
 
 
 def collect(study_dir: str | Path) -> list[dict[str, Any]]:
@@ -68,10 +66,10 @@ def collect(study_dir: str | Path) -> list[dict[str, Any]]:
 
 
 def trial_row(run_dir: Path, phase_done: bool) -> dict[str, Any]:
-    trial = checkpoints.read_json(run_dir / "trial.json")
-    result_path, progress_path = run_dir / checkpoints.RESULT, run_dir / "progress.json"
-    result = checkpoints.read_json(result_path) if result_path.is_file() else None
-    progress = checkpoints.read_json(progress_path) if progress_path.is_file() else {}
+    trial = files.read_json(run_dir / "trial.json")
+    result_path, progress_path = run_dir / files.RESULT, run_dir / files.PROGRESS
+    result = files.read_json(result_path) if result_path.is_file() else None
+    progress = files.read_json(progress_path) if progress_path.is_file() else {}
     last = trial["attempts"][-1]
     init = trial.get("init") or {}
     row: dict[str, Any] = {
@@ -88,7 +86,7 @@ def trial_row(run_dir: Path, phase_done: bool) -> dict[str, Any]:
     else:
         # Crashed after its last retry (Tune's error, sptune.tune.failures), stopped early (ASHA) or
         # still to be resumed: the latest eval is all there is.
-        error = checkpoints.read_json(run_dir / "error.json") if (run_dir / "error.json").is_file() else None
+        error = files.read_json(run_dir / files.TRIAL_ERROR) if (run_dir / files.TRIAL_ERROR).is_file() else None
         row.update(status="failed" if error else "stopped" if phase_done else "unfinished",
                    reason=error["error"] if error else None, best_val=progress.get("best_val"),
                    best_val_loss=progress.get("best_val_loss"), best_step=progress.get("best_step"),
@@ -174,7 +172,7 @@ def summary(study_dir: str | Path, rows: list[dict[str, Any]] | None = None) -> 
         lines.append(f"failed: {r['stage']} {r['trial_id']}: {r.get('reason')}")
     lines += ["", "wall s: the best trial's wall time; stage dev-s / FLOPs: device-seconds (training + evaluation) / "
                   "training + evaluation FLOPs of all the stage's trials",
-              f"all trials ({len(rows)}): {study_dir / CSV_NAME}",
+              f"all trials ({len(rows)}): {study_dir / files.RESULTS_CSV}",
               f"TensorBoard: tensorboard --logdir {study_dir}   (runs are named <stage>/<stage>-<trial>-<params>)"]
     return "\n".join(lines)
 

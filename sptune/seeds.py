@@ -19,11 +19,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from sptune import stats
+from sptune.config import STAGES
+from sptune import atomic, files, stats
 from sptune.atomic import write_text as write_text_atomic
 
-SEEDS_FILE = "seeds.json"  # what a multi-seed study asked for (sptune.tune.seeds)
-TABLE_FILE, CSV_FILE, PLOT_FILE, SUMMARY_FILE = "seeds.md", "seeds.csv", "seeds.png", "summary.json"
 
 
 @dataclass
@@ -154,17 +153,17 @@ def plot(pairs: Sequence[Pair], metric: str | None, path: Path, title: str = "")
 
 # ----------------------------------------------------------------------------- a multi-seed study directory
 def is_seeds_dir(path: str | Path) -> bool:
-    return (Path(path) / SEEDS_FILE).is_file()
+    return (Path(path) / files.SEEDS).is_file()
 
 
 def study_pair(seed: int, study_dir: Path) -> tuple[Pair, str | None]:
     """One seed's pair from its study directory (sptune.results: each stage's selected trial)."""
     from sptune import results
 
-    if not (study_dir / results.STUDY_FILE).is_file():
+    if not (study_dir / files.STUDY).is_file():
         return Pair(seed, None, None, status="not started"), None
     rows = results.collect(study_dir)
-    best = {stage: results.best_row(rows, stage)[0] for stage in results.STAGES}
+    best = {stage: results.best_row(rows, stage)[0] for stage in STAGES}
     metric = (best["scratch"] or best["finetune"] or {}).get("metric")
     state = results.study_state(study_dir)
     missing = [s for s in ("finetune", "scratch") if best[s] is None]
@@ -182,10 +181,9 @@ def report(parent: str | Path, wall_seconds: float | None = None, plot_path: str
            ) -> dict[str, Any]:
     """Rebuild seeds.md, seeds.csv, seeds.png and summary.json of a multi-seed study from its seed studies
     (`plot_path`: the plot once more at that path)."""
-    from sptune import checkpoints
 
     parent = Path(parent).resolve()
-    spec = checkpoints.read_json(parent / SEEDS_FILE)
+    spec = files.read_json(parent / files.SEEDS)
     pairs, metric = [], None
     for seed in spec["seeds"]:
         pair, m = study_pair(seed, parent / seed_dir_name(seed))
@@ -193,7 +191,7 @@ def report(parent: str | Path, wall_seconds: float | None = None, plot_path: str
         metric = metric or m
     if wall_seconds is not None:  # the run that just finished: keep its wall time for later reports
         spec["wall_seconds"] = wall_seconds
-        checkpoints.write_json_atomic(spec, parent / SEEDS_FILE)
+        atomic.write_json(parent / files.SEEDS, spec)
     title = f"{Path(spec['config']).name}" + (f" {' '.join(spec['overrides'])}" if spec.get("overrides") else "")
     text = table(pairs, metric, title=f"multi-seed study {parent} ({title})")
     if spec.get("wall_seconds"):
@@ -202,10 +200,10 @@ def report(parent: str | Path, wall_seconds: float | None = None, plot_path: str
     summary = {"config": spec["config"], "overrides": spec.get("overrides", []), "seeds": spec["seeds"],
                "metric": metric, "pairs": [asdict(q) | {"gain": q.gain} for q in pairs],
                "paired_gain": p.to_dict() if p else None, "wall_seconds": spec.get("wall_seconds")}
-    checkpoints.write_json_atomic(summary, parent / SUMMARY_FILE)
-    write_text_atomic(parent / TABLE_FILE, "```\n" + text + "\n```\n\n![seeds](seeds.png)\n")
-    paths = {"table": parent / TABLE_FILE, "csv": write_csv(pairs, parent / CSV_FILE),
-             "plot": plot(pairs, metric, parent / PLOT_FILE, title=title), "summary": parent / SUMMARY_FILE,
+    atomic.write_json(parent / files.SEEDS_SUMMARY, summary)
+    write_text_atomic(parent / files.SEEDS_TABLE, "```\n" + text + "\n```\n\n![seeds](seeds.png)\n")
+    paths = {"table": parent / files.SEEDS_TABLE, "csv": write_csv(pairs, parent / files.SEEDS_CSV),
+             "plot": plot(pairs, metric, parent / files.SEEDS_PLOT, title=title), "summary": parent / files.SEEDS_SUMMARY,
              "text": text, "paired": p}
     if plot_path is not None:
         paths["extra_plot"] = plot(pairs, metric, Path(plot_path), title=title)

@@ -27,9 +27,9 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from sptune import checkpoints, fingerprint, flops, selection
+from sptune import atomic, checkpoints, files, fingerprint, flops, selection
 from sptune.build import build_pretrain_model, build_task_model, count_parameters
-from sptune.config import Config, ModelConfig, check_causal_norm, dump
+from sptune.config import STAGES, Config, ModelConfig, check_causal_norm, dump
 from sptune.config import load as load_config
 from sptune.data import (Prefetcher, batch, eval_batches, example_draw, step_draw, steps_per_epoch, train_batch_index,
                          train_batch_size, train_fraction)
@@ -41,7 +41,6 @@ from sptune.tasks.base import Split, Task
 
 log = logging.getLogger("sptune.train")
 
-STAGES = ("pretrain", "finetune", "scratch")
 # Masking of validation/test examples is fixed (per example: sptune.data.example_draw) across evals and
 # batch sizes, so pretraining metrics of checkpoints and of trials are comparable.
 EVAL_MASK_SEED = 1234
@@ -51,7 +50,7 @@ EVAL_MASK_SEED = 1234
 # the same kernel computed another way (pykeops or torch).
 FINETUNE_MODEL_FIELDS = ("pooling", "dropout", "ssm_lr", "kernel_backend")
 # What `--restart` deletes from the run directory before training from step 0.
-RESTARTED = (checkpoints.LAST, checkpoints.BEST, checkpoints.RESULT, "tb")
+RESTARTED = (files.LAST, files.BEST, files.RESULT, "tb")
 RESTART_FIX = "pass --restart to start this run over (deletes its checkpoints), or pick a new run.name=..."
 FROM_FIX = "pretrain again (`sptune pretrain ... --restart`) or pass another --from"
 # TensorBoard tags: one per quantity whatever the stage (the stage is in the run's name), so the
@@ -82,7 +81,7 @@ def resolve(cfg: Config, task: Task, stage: str, init_from: Path | None = None) 
     cfg = copy.deepcopy(cfg)
     if init_from is not None:
         pre_dir = pretrain_dir(init_from)
-        pre = load_config(pre_dir / "config.yaml")
+        pre = load_config(pre_dir / files.CONFIG)
         if pre.task.name != cfg.task.name:
             raise UserError(f"--from run was pretrained on task '{pre.task.name}', not '{cfg.task.name}'; "
                             f"finetune on the same task")
@@ -129,7 +128,7 @@ def pretrain_dir(path: Path) -> Path:
     path = Path(path)
     if path.is_file():
         path = path.parent
-    if not (path / checkpoints.BEST).is_file() or not (path / "config.yaml").is_file():
+    if not (path / files.BEST).is_file() or not (path / files.CONFIG).is_file():
         raise UserError(f"--from {path} is not a finished pretraining run (no best.pt/config.yaml); "
                         f"run `sptune pretrain` first and pass its run directory")
     return path
@@ -155,7 +154,7 @@ def claim(run_dir: Path, cfg: Config, fp: fingerprint.Fingerprint, restart: bool
                 path.unlink(missing_ok=True)
         log.warning("--restart: deleted the previous run's %s in %s", ", ".join(RESTARTED), run_dir)
     fingerprint.write(run_dir, fp)
-    dump(cfg, run_dir / "config.yaml")
+    dump(cfg, run_dir / files.CONFIG)
 
 
 # ----------------------------------------------------------------------------- the stage function
@@ -218,7 +217,7 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
     # 5. Resume from last.pt: model, optimizer, schedule, step, RNG and eval history. The best checkpoint
     #    is the best validation metric, a tie broken by the validation loss (sptune.selection).
     state = fresh_state()
-    last_path = run_dir / checkpoints.LAST
+    last_path = run_dir / files.LAST
     if cfg.run.resume and not restart and last_path.is_file():
         ckpt = checkpoints.load(last_path, device, keys=("model", "optimizer", "scheduler", "rng", "state"),
                                 fix=RESTART_FIX)
@@ -305,7 +304,7 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
             if main_rank:
                 if improved:
                     checkpoints.save_atomic({"model": model.state_dict(), "step": state["step"],
-                                             "metric": val["metric"]}, run_dir / checkpoints.BEST)
+                                             "metric": val["metric"]}, run_dir / files.BEST)
                 checkpoints.save_atomic({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                                          "scheduler": scheduler.state_dict(), "rng": torch.get_rng_state(),
                                          "state": state}, last_path)
@@ -327,7 +326,7 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
     progress.close()
 
     # 7. Test at the best validation checkpoint (the retrospective choice, Appendix C.1).
-    best_path = run_dir / checkpoints.BEST
+    best_path = run_dir / files.BEST
     checkpoints.load_into(model, checkpoints.load(best_path, device, keys=("model",), fix=RESTART_FIX)["model"],
                           best_path, RESTART_FIX)
     test = evaluate(run_model, cfg, task, stage, splits["test"], device, cfg.task.max_test_examples)
@@ -362,7 +361,7 @@ def finish(result: dict[str, Any], state: dict[str, Any], cost: flops.Flops, wor
                   train_flops=cost.train(state["examples_seen"], state["step"] * world * accumulate),
                   eval_flops=cost.forward(state["eval_examples"], state["eval_calls"]) * world, history=history)
     if write:
-        checkpoints.write_json_atomic(result, run_dir / checkpoints.RESULT)
+        atomic.write_json(run_dir / files.RESULT, result)
     return result
 
 
@@ -549,7 +548,7 @@ def count_eval(state: dict[str, Any], ev: dict[str, float]) -> None:
 
 def load_pretrained_backbone(model: SequenceModel, pre_dir: Path) -> None:
     """Carry the backbone over; drop the pretraining head and the encoder's mask-indicator column."""
-    path = pre_dir / checkpoints.BEST
+    path = pre_dir / files.BEST
     state = checkpoints.load(path, keys=("model",), fix=FROM_FIX)["model"]
     state = {k: v for k, v in state.items() if k.startswith("backbone.")}
     own = model.state_dict()

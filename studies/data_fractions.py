@@ -29,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
+from sptune.config import STAGES
 from sptune.studies import paper, settings  # noqa: E402
 from sptune.studies.runner import Cell, Plan, main  # noqa: E402
 
@@ -44,7 +45,7 @@ def space(task: str) -> dict:
     return {stage: {"params": {"optim.lr": sorted({lr for lr, _ in points[stage]}, reverse=True),
                                "optim.batch_size": sorted({batch for _, batch in points[stage]})},
                     "points": [{"optim.lr": lr, "optim.batch_size": batch} for lr, batch in points[stage]]}
-            for stage in paper.STAGES}
+            for stage in STAGES}
 
 
 def build(args) -> Plan:

@@ -36,6 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
+from sptune.config import STAGES
 from sptune.studies import paper, settings  # noqa: E402
 from sptune.studies.report import row_label  # noqa: E402
 from sptune.studies.runner import Cell, Plan, main  # noqa: E402
@@ -106,7 +107,7 @@ def build(args) -> Plan:
                     run = [f"task.name={task}", *settings.real(recipe)]
                     space = recipe.space()
                 # The causal cell reuses the masked cell's scratch baseline: it runs SPT only.
-                stages = ("pretrain", "finetune", "scratch") if objective == objectives[0] else ("pretrain", "finetune")
+                stages = STAGES if objective == objectives[0] else ("pretrain", "finetune")
                 for seed in seeds:
                     cells.append(Cell(
                         key=f"{task}-{key}-{objective}-s{seed}",

@@ -28,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
+from sptune.config import STAGES
 from sptune.studies import paper, settings  # noqa: E402
 from sptune.studies.runner import Cell, Plan, fixed_space, main  # noqa: E402
 
@@ -76,7 +77,7 @@ def build(args) -> Plan:
                 pre_lr, lr = learning_rates(paper_task, model)
                 space = fixed_space({stage: {"optim.lr": pre_lr if stage == "pretrain" else lr,
                                              "optim.batch_size": BATCH[paper_task]}
-                                     for stage in ("pretrain", "finetune", "scratch")})
+                                     for stage in STAGES})
             paper_column = f"{paper.TASK_COLUMN[paper_task]} {name}"
             for share in paper.SPT_SHARES:
                 pre = round(share * total)

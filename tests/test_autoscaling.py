@@ -23,7 +23,7 @@ from ray.autoscaler._private.fake_multi_node.node_provider import FAKE_HEAD_NODE
 from ray_fixtures import CONFIG, REPO, sptune_env
 from test_cluster import free_ports
 
-from sptune import checkpoints, results
+from sptune import files, results
 from sptune.tune import pipeline, search, trainable
 
 pytestmark = pytest.mark.slow
@@ -139,9 +139,9 @@ def test_autoscaling_study_survives_losing_a_worker_node(tmp_path):
             if killed is None:
                 for run_dir in sorted((study_dir / "pretrain").glob("pretrain-*")):
                     progress = run_dir / "progress.json"
-                    if progress.is_file() and checkpoints.read_json(progress)["step"] >= 12:
-                        node = checkpoints.read_json(run_dir / "trial.json")["attempts"][-1]["node_id"]
-                        killed = (run_dir, node, checkpoints.read_json(progress)["step"])
+                    if progress.is_file() and files.read_json(progress)["step"] >= 12:
+                        node = files.read_json(run_dir / "trial.json")["attempts"][-1]["node_id"]
+                        killed = (run_dir, node, files.read_json(progress)["step"])
                         kill_node(worker_raylets(tag)[node])
                         break
             time.sleep(0.2)
@@ -155,25 +155,25 @@ def test_autoscaling_study_survives_losing_a_worker_node(tmp_path):
         assert len(rows) == 3 * pipeline.SMOKE_SAMPLES and all(r["status"] == "completed" for r in rows), output[-3000:]
         assert most_workers >= 2
         for row in rows:
-            for attempt in checkpoints.read_json(Path(row["run_dir"]) / "trial.json")["attempts"]:
+            for attempt in files.read_json(Path(row["run_dir"]) / "trial.json")["attempts"]:
                 assert attempt["node_id"].startswith("fffff") and attempt["node_id"] != FAKE_HEAD_NODE_ID
                 assert attempt["started"] > started
 
         # Node loss: the trial continued from its last checkpoint on another node, every eval once.
         assert killed is not None, "no pretraining trial reached step 12"
         run_dir, dead_node, seen = killed
-        trial = checkpoints.read_json(run_dir / "trial.json")
+        trial = files.read_json(run_dir / "trial.json")
         assert [a["node_id"] for a in trial["attempts"]][0] == dead_node
         assert len(trial["attempts"]) == 2 and trial["attempts"][1]["node_id"] != dead_node
         assert trial["attempts"][1]["start_step"] >= seen > 0  # from its last checkpoint, not from step 0
-        history = checkpoints.read_json(run_dir / "result.json")["history"]
+        history = files.read_json(run_dir / "result.json")["history"]
         assert [h["step"] for h in history] == list(range(4, 41, 4))
 
         # ...and its numbers are those of an uninterrupted run of the same config (plain run_stage).
         state = pipeline.load_state(study_dir)
         spec = pipeline.trial_spec(study_dir, state, "pretrain")
         for row in (r for r in rows if r["stage"] == "pretrain"):
-            params = checkpoints.read_json(Path(row["run_dir"]) / "trial.json")["params"]
+            params = files.read_json(Path(row["run_dir"]) / "trial.json")["params"]
             plain = trainable.run_stage(trainable.trial_config(spec, params), "pretrain", None, None,
                                         tmp_path / "plain" / Path(row["run_dir"]).name)
             assert (row["best_val"], row["best_step"], row["test_metric"], row["steps"]) == \

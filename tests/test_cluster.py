@@ -15,7 +15,7 @@ import pytest
 import yaml
 from ray_fixtures import CONFIG, REPO, sptune_env
 
-from sptune import checkpoints, results
+from sptune import files, results
 from sptune.tune import pipeline
 
 
@@ -133,10 +133,10 @@ def test_study_on_a_two_node_cluster(tmp_path):
         assert len(rows) == 3 * pipeline.SMOKE_SAMPLES and all(r["status"] == "completed" for r in rows)
         nodes = {r["node_id"] for r in rows}
         assert len(nodes) == 2, f"all trials ran on {nodes}"  # 1 CPU per node, 2 trials at once: one on each
-        attempts = [checkpoints.read_json(Path(r["run_dir"]) / "trial.json")["attempts"][-1] for r in rows]
+        attempts = [files.read_json(Path(r["run_dir"]) / "trial.json")["attempts"][-1] for r in rows]
         assert all(a["hostname"] and a["pid"] for a in attempts)
         # The study joined the cluster instead of starting Ray itself: nothing of its own to stop.
-        assert checkpoints.read_json(study_dir / pipeline.DRIVER_FILE)["address"] == f"127.0.0.1:{gcs_port}"
+        assert files.read_json(study_dir / files.DRIVER)["address"] == f"127.0.0.1:{gcs_port}"
     finally:
         pipeline.stop_processes(pipeline.ray_processes(tag))
         shutil.rmtree(temp_dir, ignore_errors=True)

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_every_config_loads_for_every_stage(path):
     assert "sptune " in path.read_text().splitlines()[1] or "sptune " in path.read_text()[:400], \
         "a config's header must give its launch command"
-    for stage in config.STAGE_NAMES:
+    for stage in config.STAGES:
         cfg = config.load(path, stage=stage)
         assert cfg.task.name and cfg.model.name
 

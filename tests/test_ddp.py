@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from sptune import checkpoints, config, train
+from sptune import config, files, train
 
 TINY = ["model.d_model=16", "model.n_layers=1", "model.n_heads=2", "model.d_ff=16", "optim.batch_size=8",
         "optim.max_steps=6", "optim.eval_every=3", "task.max_val_examples=16", "run.progress=false",
@@ -42,7 +42,7 @@ def test_two_ranks_train_and_only_rank0_writes(tmp_path):
         port = s.getsockname()[1]
     mp.spawn(_worker, args=(2, str(tmp_path), port), nprocs=2, join=True)
     (run_dir,) = tmp_path.glob("scratch-listops-mini-transformer-s0-*")
-    assert checkpoints.read_json(run_dir / "result.json")["steps"] == 6
+    assert files.read_json(run_dir / "result.json")["steps"] == 6
     assert sorted(p.name for p in run_dir.iterdir() if p.suffix == ".pt") == ["best.pt", "last.pt"]
 
 

@@ -8,7 +8,7 @@ import pytest
 from ray_fixtures import CONFIG, TINY, ray_instance  # noqa: F401 (fixture)
 from test_tune import new_study
 
-from sptune import checkpoints, results
+from sptune import files, results
 from sptune.cli import main
 from sptune.config import load as load_config
 from sptune.errors import UserError
@@ -42,7 +42,7 @@ def test_a_gpu_trial_on_a_cuda_less_torch_fails_at_once_with_the_reason(tmp_path
     run_dir = tmp_path / "run"
     result = trainable.run_guarded(cfg, "scratch", None, None, run_dir)
     assert result["status"] == "failed" and "sees no CUDA device" in result["reason"]
-    assert checkpoints.read_json(run_dir / "result.json")["reason"] == result["reason"]
+    assert files.read_json(run_dir / "result.json")["reason"] == result["reason"]
     assert not (run_dir / "last.pt").exists()  # nothing trained on CPU behind the user's back
 
 
@@ -76,7 +76,7 @@ def failing_trainable(params, spec):
     def failing_run_stage(cfg, stage, init_from=None, on_eval=None, run_dir=None):
         def on_eval_then_fail(record, run_dir):
             on_eval(record, run_dir)
-            attempts = len(checkpoints.read_json(run_dir / "trial.json")["attempts"])
+            attempts = len(files.read_json(run_dir / "trial.json")["attempts"])
             if cfg.optim.lr > 1e-2 and record["step"] >= 4:
                 raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
             if record["step"] >= 20 and attempts == 1:
@@ -148,7 +148,7 @@ def test_oom_is_final_and_a_crash_is_failed_then_retried_from_its_checkpoint(tmp
     starts = [int(s) for s in row["start_steps"].split(";")]
     assert row["status"] == "completed" and row["steps"] == 40 and row["attempts"] == 2
     assert starts[0] == 0 and starts[1] >= 20
-    history = checkpoints.read_json(Path(row["run_dir"]) / "result.json")["history"]
+    history = files.read_json(Path(row["run_dir"]) / "result.json")["history"]
     assert [h["step"] for h in history] == list(range(4, 41, 4))  # every eval once
     assert hparams_status(row["run_dir"]) == "success" and pipeline.crashed_trials(study_dir, "scratch") == []
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from sptune.config import STAGES
 from sptune import config
 from sptune.registry import TASKS
 from sptune.studies import paper, paper_files, sizing
@@ -51,7 +52,7 @@ def test_every_paper_task_and_model_has_a_config_and_a_search_space():
 def test_config_values_equal_the_table(task, model):
     recipe = SHIPPED[(task, model)]
     path = REPO / paper_files.config_path(task, model)
-    for stage in paper.STAGES:
+    for stage in STAGES:
         cfg = config.load(path, stage=stage)
         values = {**recipe.shared(), **recipe.stage_values(stage)}
         for key, value in values.items():
@@ -65,7 +66,7 @@ def test_search_space_holds_the_papers_points_first(task, model):
     recipe = SHIPPED[(task, model)]
     space = search.load(REPO / paper_files.space_path(task, model))
     assert (space.task, space.model) == (task, model)
-    for stage in paper.STAGES:
+    for stage in STAGES:
         points = [p.values() for p in recipe.stages[stage].points]
         got = space.stages[stage]
         assert got.points[:len(points)] == points, stage  # evaluated first, in the table's order
@@ -90,7 +91,7 @@ def test_the_known_mismatches_stay_fixed():
     assert [pathx.model[f"model.{key}"] for key in ("ssm_lr", "dt_min", "pooling")] == [5e-4, 1e-4, "max"]
     assert pathx.stages["scratch"].warmup_steps == 50000
     pathx_256 = paper.RECIPES[("pathx-256", "s4")]  # Appendix C.1.2
-    assert [first(pathx_256, s) for s in paper.STAGES] == [
+    assert [first(pathx_256, s) for s in STAGES] == [
         {"optim.lr": 1e-3, "optim.batch_size": 8}, {"optim.lr": 1e-3, "optim.batch_size": 64},
         {"optim.lr": 1e-4, "optim.batch_size": 16}]
     assert pathx_256.model["model.pooling"] == "max"
@@ -143,4 +144,4 @@ def test_every_config_starts_a_smoke_study_without_data(path, tmp_path, monkeypa
     state = pipeline.create(str(path), [], tmp_path / "study", None, pipeline.Options(smoke=True))
     task, model = state["stages"]["scratch"]["task"]["name"], state["stages"]["scratch"]["model"]["name"]
     assert Path(state["space"]["path"]).resolve() == (REPO / "search_spaces" / task / f"{model}.yaml").resolve()
-    assert set(state["space"]["stages"]) == set(paper.STAGES)
+    assert set(state["space"]["stages"]) == set(STAGES)

@@ -15,7 +15,8 @@ import pytest
 import yaml
 from ray_fixtures import sptune_env
 
-from sptune import checkpoints, results
+from sptune.config import STAGES
+from sptune import files, results
 from sptune.tune import pipeline, search
 
 pytestmark = pytest.mark.slow
@@ -54,7 +55,7 @@ def wait_for_midway(study_dir, proc, timeout=240):
         runs = pretrain_runs(study_dir)
         finished = [r for r in runs if (r / "result.json").is_file()]
         midway = [r for r in runs if not (r / "result.json").is_file() and (r / "progress.json").is_file()
-                  and checkpoints.read_json(r / "progress.json")["step"] >= 20]
+                  and files.read_json(r / "progress.json")["step"] >= 20]
         if finished and midway:
             return finished[0], midway[0]
         time.sleep(0.2)
@@ -76,7 +77,7 @@ def test_resume_after_the_driver_dies(tmp_path, sig):
         if sig == signal.SIGINT:
             assert driver.returncode == 130 and f"sptune resume {study_dir}" in output
         kept = {name: (finished / name).read_bytes() for name in ("result.json", "trial.json", "best.pt")}
-        seen_step = checkpoints.read_json(midway / "progress.json")["step"]
+        seen_step = files.read_json(midway / "progress.json")["step"]
 
         resumed = sptune("resume", study_dir, "--quiet")
         procs.append(resumed)
@@ -87,10 +88,10 @@ def test_resume_after_the_driver_dies(tmp_path, sig):
         # The finished trial was not run again: its files are byte for byte what they were.
         assert {name: (finished / name).read_bytes() for name in kept} == kept
         # The unfinished one continued from its latest checkpoint, not from step 0.
-        trial = checkpoints.read_json(midway / "trial.json")
+        trial = files.read_json(midway / "trial.json")
         starts = [a["start_step"] for a in trial["attempts"]]
         assert len(starts) == 2 and starts[0] == 0 and starts[1] >= seen_step > 0
-        history = checkpoints.read_json(midway / "result.json")["history"]
+        history = files.read_json(midway / "result.json")["history"]
         assert [h["step"] for h in history] == list(range(10, 301, 10))  # every eval exactly once
 
         # The table is complete: 2 trials per stage, all completed, finetuning from the best pretraining.
@@ -105,8 +106,8 @@ def test_resume_after_the_driver_dies(tmp_path, sig):
 
         # Each phase's Optuna study in the journal went on across the resume: exactly one COMPLETE trial
         # per finished Tune trial, with its params, and nothing left running.
-        storage = search.journal_storage(study_dir / search.JOURNAL)
-        for stage in results.STAGES:
+        storage = search.journal_storage(study_dir / files.OPTUNA_JOURNAL)
+        for stage in STAGES:
             trials = optuna.load_study(study_name=search.optuna_study_name(study_dir, stage), storage=storage).trials
             complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
             mine = [r for r in rows if r["stage"] == stage]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sptune import checkpoints, config, fingerprint, results, train
+from sptune import config, files, fingerprint, results, train
 from sptune.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -24,7 +24,7 @@ def one_line_error(capsys) -> str:
     return err
 
 
-def files(run_dir: Path) -> dict[str, bytes]:
+def file_bytes(run_dir: Path) -> dict[str, bytes]:
     """Every file of a run directory with its bytes (tb/ included): to show that nothing changed."""
     return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
 
@@ -94,13 +94,13 @@ def test_changed_config_is_refused_and_the_directory_is_untouched(tmp_path, caps
     cfg = config_file(tmp_path)
     assert main(["scratch", str(cfg), *TINY, "run.name=mine"]) == 0
     run_dir = tmp_path / "runs" / "mine"
-    before = files(run_dir)
+    before = file_bytes(run_dir)
     capsys.readouterr()
     assert main(["scratch", str(cfg), *TINY, "run.name=mine", "optim.lr=5e-4"]) == 2
     err = one_line_error(capsys)
     assert "optim.lr: 0.001 -> 0.0005" in err and "run.name=" in err and "--restart" in err
     assert "model.d_model" not in err  # only the fields that differ
-    assert files(run_dir) == before
+    assert file_bytes(run_dir) == before
 
 
 def test_restart_starts_the_run_over_with_the_new_config(tmp_path, capsys):
@@ -113,7 +113,7 @@ def test_restart_starts_the_run_over_with_the_new_config(tmp_path, capsys):
     assert len(list((run_dir / "tb").iterdir())) == 1  # the old run's events were deleted
     # The numbers are those of a fresh run of the new config, not the old run resumed.
     fresh = train.scratch(config.load(None, TINY + ["optim.lr=5e-4", f"run.out_dir={tmp_path / 'fresh'}"]))
-    restarted = checkpoints.read_json(run_dir / "result.json")
+    restarted = files.read_json(run_dir / "result.json")
     assert [h["train_loss"] for h in restarted["history"]] == [h["train_loss"] for h in fresh["history"]]
 
 
@@ -125,13 +125,13 @@ def test_same_config_resumes(tmp_path, capsys):
     last = (run_dir / "last.pt").read_bytes()
     assert main(["scratch", str(cfg), *TINY, "optim.max_steps=2", "run.num_threads=1"]) == 0
     assert list((tmp_path / "runs").iterdir()) == [run_dir] and (run_dir / "last.pt").read_bytes() == last
-    assert checkpoints.read_json(run_dir / "result.json")["steps"] == 2
+    assert files.read_json(run_dir / "result.json")["steps"] == 2
 
 
 def test_a_directory_from_before_fingerprints_is_checked_by_its_config(runs, tmp_path, capsys):
     legacy = tmp_path / "runs" / "old"
     shutil.copytree(runs["scratch"], legacy)
-    (legacy / fingerprint.FILE).unlink()
+    (legacy / files.FINGERPRINT).unlink()
     assert main(["scratch", str(config_file(tmp_path)), *TINY, "run.name=old", "optim.lr=5e-4"]) == 2
     assert "optim.lr: 0.001 -> 0.0005" in one_line_error(capsys)
     assert main(["scratch", str(config_file(tmp_path)), *TINY, "run.name=old"]) == 0
@@ -207,11 +207,11 @@ def test_damaged_last_checkpoint_on_resume_is_one_line(runs, tmp_path, capsys, k
     run_dir = tmp_path / "runs" / "mine"
     shutil.copytree(runs["scratch"], run_dir)
     damage(run_dir / "last.pt", kind, runs["scratch-other-model"])
-    before = files(run_dir)
+    before = file_bytes(run_dir)
     assert main(["scratch", str(config_file(tmp_path)), *TINY, "run.name=mine"]) == 2
     err = one_line_error(capsys)
     assert str(run_dir / "last.pt") in err and "--restart" in err
-    assert files(run_dir) == before  # the error loses nothing
+    assert file_bytes(run_dir) == before  # the error loses nothing
     assert main(["scratch", str(config_file(tmp_path)), *TINY, "run.name=mine", "--restart"]) == 0
 
 

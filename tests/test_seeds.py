@@ -7,7 +7,7 @@ import sys
 import pytest
 from ray_fixtures import CONFIG, TINY, ray_instance, sptune_env  # noqa: F401 (fixture)
 
-from sptune import seeds
+from sptune import files
 from sptune.cli import main
 from sptune.tune import pipeline
 from sptune.tune import seeds as multi
@@ -48,17 +48,17 @@ def test_multi_seed_study_one_study_per_seed_then_report(tmp_path, ray_instance,
         state = json.loads((parent / f"seed-{seed}" / "study.json").read_text())
         assert state["phases"] == {"pretrain": "done", "finetune": "done", "scratch": "done"}
         assert state["stages"]["scratch"]["run"]["seed"] == seed == state["stages"]["finetune"]["run"]["seed"]
-    summary = json.loads((parent / seeds.SUMMARY_FILE).read_text())
+    summary = json.loads((parent / files.SEEDS_SUMMARY).read_text())
     assert [p["seed"] for p in summary["pairs"]] == [0, 1] and summary["paired_gain"]["n"] == 2
     gains = [p["spt_test"] - p["scratch_test"] for p in summary["pairs"]]
     assert summary["paired_gain"]["mean"] == pytest.approx(sum(gains) / 2)
     assert "mean paired gain (SPT - scratch)" in out["text"] and summary["wall_seconds"] > 0
-    assert (parent / seeds.PLOT_FILE).read_bytes()[:4] == b"\x89PNG"
+    assert (parent / files.SEEDS_PLOT).read_bytes()[:4] == b"\x89PNG"
 
     # `sptune report` and `sptune results` rebuild the same summary from the run directories.
-    (parent / seeds.PLOT_FILE).unlink()
+    (parent / files.SEEDS_PLOT).unlink()
     assert main(["report", str(parent), "--plot", str(tmp_path / "docs" / "seeds.png")]) == 0
-    assert (parent / seeds.PLOT_FILE).is_file() and "mean paired gain" in capsys.readouterr().out
+    assert (parent / files.SEEDS_PLOT).is_file() and "mean paired gain" in capsys.readouterr().out
     assert (tmp_path / "docs" / "seeds.png").read_bytes()[:4] == b"\x89PNG"
     assert main(["results", str(parent)]) == 0 and "seed" in capsys.readouterr().out
     # A second study in the same directory is refused; resuming it is the way on.

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from sptune import checkpoints, config, train
+from sptune import atomic, config, files, train
 from sptune.data import train_fraction
 from sptune.models.s4 import S4Layer
 from sptune.studies import kernel_analysis, paper, report, runner, settings, sizing
@@ -163,11 +163,10 @@ def synthetic_plan(seeds, layout=None):
 def fake_run(run_dir, stage, test_metric, seconds):
     """A finished stage run directory as run_stage leaves it (config.yaml + result.json)."""
     config.dump(config.load(None, TINY, stage=stage), run_dir / "config.yaml")
-    checkpoints.write_json_atomic({"status": "completed", "metric": "accuracy", "best_val": test_metric,
+    atomic.write_json(run_dir / "result.json", {"status": "completed", "metric": "accuracy", "best_val": test_metric,
                                    "best_step": 10, "test_metric": test_metric, "steps": 10,
                                    "train_seconds": seconds, "eval_seconds": 0.0, "train_flops": 1e9 * seconds,
-                                   "eval_flops": 0.0, "n_params": 1234},
-                                  run_dir / "result.json")
+                                   "eval_flops": 0.0, "n_params": 1234})
 
 
 def write_synthetic_study(study_dir, plan):
@@ -176,7 +175,7 @@ def write_synthetic_study(study_dir, plan):
         seed, fraction = cell.labels["seed"], cell.labels["fraction"]
         for stage, value, seconds in (("pretrain", 0.3, 5.0), ("finetune", 0.5 + 0.01 * seed + 0.1 * fraction, 2.0),
                                       ("scratch", 0.4 + 0.02 * seed, 3.0)):
-            fake_run(study_dir / runner.CELLS_DIR / cell.key / stage, stage, value, seconds)
+            fake_run(study_dir / files.CELLS / cell.key / stage, stage, value, seconds)
 
 
 def test_report_from_synthetic_results_builds_table_csv_and_pngs(tmp_path):
@@ -220,7 +219,7 @@ def test_fraction_report_gain_is_paired_by_seed_with_a_t_interval(tmp_path):
 def test_report_marks_missing_runs(tmp_path):
     plan = synthetic_plan([0])
     write_synthetic_study(tmp_path, plan)
-    (tmp_path / runner.CELLS_DIR / "f1-s0" / "finetune" / "result.json").unlink()
+    (tmp_path / files.CELLS / "f1-s0" / "finetune" / "result.json").unlink()
     table = report.write(tmp_path)["table"].read_text()
     assert "not done (finetune missing)" in table
 

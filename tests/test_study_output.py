@@ -13,8 +13,9 @@ import yaml
 from optuna.trial import TrialState
 from ray_fixtures import CONFIG, REPO, TINY, ray_instance, sptune_env  # noqa: F401 (fixture)
 
+from sptune.config import STAGES
 import sptune
-from sptune import output, results
+from sptune import files, output, results
 from sptune.cli import main
 from sptune.tune import loggers, pipeline, search, trainable
 
@@ -32,7 +33,7 @@ def space_file(tmp_path, **stages):
 
 def optuna_trials(study_dir, phase):
     study = optuna.load_study(study_name=search.optuna_study_name(study_dir, phase),
-                              storage=search.journal_storage(Path(study_dir) / search.JOURNAL))
+                              storage=search.journal_storage(Path(study_dir) / files.OPTUNA_JOURNAL))
     return study.trials
 
 
@@ -47,7 +48,7 @@ GRID = {"stages": {"pretrain": {"params": {"optim.lr": [1e-3, 5e-4, 1e-4], "opti
 
 def test_restored_searcher_continues_the_same_optuna_study(tmp_path):
     stage = search.parse(GRID).stages["pretrain"]
-    journal, name = tmp_path / search.JOURNAL, "s/pretrain"
+    journal, name = tmp_path / files.OPTUNA_JOURNAL, "s/pretrain"
     first = search.make_searcher(stage, journal=journal, study_name=name)
     assert first.suggest("a") == {"optim.lr": 1e-4, "optim.batch_size": 8}  # the paper point first
     first.suggest("b")
@@ -78,20 +79,20 @@ def test_restored_searcher_continues_the_same_optuna_study(tmp_path):
 
 def test_trial_states_in_optuna(tmp_path):
     stage = search.parse(GRID).stages["pretrain"]
-    searcher = search.make_searcher(stage, journal=tmp_path / search.JOURNAL, study_name="s/pretrain")
+    searcher = search.make_searcher(stage, journal=tmp_path / files.OPTUNA_JOURNAL, study_name="s/pretrain")
     for trial_id in "abc":
         searcher.suggest(trial_id)
     searcher.on_trial_result("b", {"step": 4, "best_val": 0.4})
     searcher.on_trial_complete("a", {"step": 8, "best_val": float("nan"), "status": "failed"})  # diverged
     searcher.on_trial_complete("b", {"step": 4, "best_val": 0.4})  # ASHA stopped it: no final status
     searcher.on_trial_complete("c", {"step": 8, "best_val": 0.5, "status": "completed"})
-    trials = optuna.load_study(study_name="s/pretrain", storage=search.journal_storage(tmp_path / search.JOURNAL)).trials
+    trials = optuna.load_study(study_name="s/pretrain", storage=search.journal_storage(tmp_path / files.OPTUNA_JOURNAL)).trials
     assert [(t.state.name, t.value) for t in trials] == [("FAIL", None), ("PRUNED", 0.4), ("COMPLETE", 0.5)]
 
 
 # ----------------------------------------------------------------------------- terminal and log
 def test_captured_output_goes_to_the_log_and_our_lines_to_both(tmp_path, capsys):
-    log = tmp_path / output.LOG_NAME
+    log = tmp_path / files.STUDY_LOG
     with output.captured(log) as console:
         print("a Ray table")
         sys.stderr.write("a worker's warning\n")
@@ -127,19 +128,19 @@ def test_python_api_study_with_mlflow(tmp_path, ray_instance, capsys, monkeypatc
     study_dir = sptune.run_study(CONFIG, TINY, tmp_path / "study", search_space=space_file(tmp_path, pretrain=TWO),
                                  logger="mlflow")
     shown = capsys.readouterr().out.splitlines()
-    log = study_dir / output.LOG_NAME
+    log = study_dir / files.STUDY_LOG
     assert len(shown) <= 30, shown
     assert shown[2].startswith(f"log: {log}") and shown[-1] == f"log: {log}"  # named at the start and the end
     assert sum(line.startswith(("pretrain ", "finetune ", "scratch ")) and "completed, best val" in line
                for line in shown) == 4  # one line per finished trial
-    for words in (f"tensorboard --logdir {study_dir}", str(study_dir / results.CSV_NAME),
-                  f"optuna-dashboard {study_dir / search.JOURNAL}"):
+    for words in (f"tensorboard --logdir {study_dir}", str(study_dir / files.RESULTS_CSV),
+                  f"optuna-dashboard {study_dir / files.OPTUNA_JOURNAL}"):
         assert any(words in line for line in shown), words
     assert not any("Trial status" in line for line in shown) and "Trial status" in log.read_text()  # Tune's tables
 
     # Optuna: one COMPLETE trial per finished Tune trial in each phase's study; Optuna's plots.
     rows = results.collect(study_dir)
-    for phase in pipeline.PHASES:
+    for phase in STAGES:
         finished = [r for r in rows if r["stage"] == phase and r["status"] == "completed"]
         trials = optuna_trials(study_dir, phase)
         assert states(trials) == ["COMPLETE"] * len(finished)
@@ -175,8 +176,8 @@ def test_python_api_study_with_mlflow(tmp_path, ray_instance, capsys, monkeypatc
     code = (REPO / "README.md").read_text().split("```python\n", 1)[1].split("```", 1)[0]
     scope: dict = {}
     exec(code.replace("runs/study-listops_mini_transformer", str(study_dir)), scope)  # noqa: S102
-    table, best = scope["table"], {stage: results.best_row(rows, stage)[0] for stage in pipeline.PHASES}
-    assert list(table.index) == list(pipeline.PHASES) and list(table.trials) == [2, 1, 1]
+    table, best = scope["table"], {stage: results.best_row(rows, stage)[0] for stage in STAGES}
+    assert list(table.index) == list(STAGES) and list(table.trials) == [2, 1, 1]
     for stage, row in best.items():
         assert table.loc[stage, "trial_id"] == row["trial_id"] and table.loc[stage, "best_val"] == row["best_val"]
     assert scope["spt_gain"] == pytest.approx(best["finetune"]["test_metric"] - best["scratch"]["test_metric"])

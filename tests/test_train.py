@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sptune import checkpoints, config, train
+from sptune import checkpoints, config, files, train
 from sptune.errors import UserError
 
 TINY = ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.d_ff=32", "optim.batch_size=8",
@@ -29,7 +29,7 @@ def test_pretraining_loss_decreases_and_result_is_complete(tmp_path):
     run_dir = Path(result["run_dir"])
     assert run_dir.parent == tmp_path and run_dir.name.startswith("pretrain-listops-mini-transformer-s0-")
     assert (run_dir / "config.yaml").is_file() and (run_dir / "fingerprint.json").is_file()
-    assert checkpoints.read_json(run_dir / "result.json")["steps"] == 40
+    assert files.read_json(run_dir / "result.json")["steps"] == 40
 
 
 def test_same_seed_same_numbers_on_cpu(tmp_path):
@@ -93,7 +93,7 @@ def test_non_finite_loss_fails_cleanly(tmp_path):
     # Noted on the device, acted on at the first eval boundary (no host sync per step): the reason names
     # the step that diverged and the step it was caught at.
     assert "at step 1 (checked at step 4)" in result["reason"] and "\n" not in result["reason"]
-    saved = checkpoints.read_json(Path(result["run_dir"]) / "result.json")
+    saved = files.read_json(Path(result["run_dir"]) / "result.json")
     assert saved["status"] == "failed"
 
 
@@ -146,7 +146,7 @@ def params_after(tmp_path, stage, *extra):
     result = train.run_stage(tiny(tmp_path, "optim.max_steps=1", "optim.eval_every=1", "optim.warmup_steps=0",
                                   "optim.batch_size=16", *extra), stage)
     assert result["status"] == "completed"
-    return result, checkpoints.load(Path(result["run_dir"]) / "last.pt")["model"]
+    return result, checkpoints.load(Path(result["run_dir"]) / files.LAST)["model"]
 
 
 @pytest.mark.parametrize("stage", ["scratch", "pretrain"])
@@ -325,7 +325,7 @@ def test_accumulation_under_ddp_all_reduces_once_per_step(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     mp.spawn(_ddp_accumulate_worker, args=(2, str(tmp_path), port), nprocs=2, join=True)
-    (one,), (two,) = ((tmp_path / f"a{a}").glob("scratch-*/last.pt") for a in (1, 2))
+    (one,), (two,) = ((tmp_path / f"a{a}").glob(f"scratch-*/{files.LAST}") for a in (1, 2))
     one, two = checkpoints.load(one)["model"], checkpoints.load(two)["model"]
     assert one.keys() == two.keys()
     for name in one:

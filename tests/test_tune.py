@@ -12,7 +12,7 @@ import pytest
 import yaml
 from ray_fixtures import CONFIG, REPO, TINY, ray_instance, sptune_env  # noqa: F401 (fixture)
 
-from sptune import checkpoints, results
+from sptune import atomic, files, results
 from sptune.cli import main
 from sptune.errors import UserError
 from sptune.registry import MODELS, TASKS
@@ -139,7 +139,7 @@ def test_study_direct_path_end_to_end(tmp_path, ray_instance):
     finetune = next(r for r in rows if r["stage"] == "finetune")
     assert finetune["init_trial"] == best["trial_id"] and finetune["init_step"] == best["best_step"]
     assert finetune["init_checkpoint"] == str(Path(best["run_dir"]) / "best.pt")
-    assert checkpoints.read_json(Path(finetune["run_dir"]) / "result.json")["init_from"] == best["run_dir"]
+    assert files.read_json(Path(finetune["run_dir"]) / "result.json")["init_from"] == best["run_dir"]
 
     # The results table: CSV with every trial, and the summary with the selection rule.
     study_dir = Path(state["dir"])
@@ -183,8 +183,8 @@ def kill_when(run_dir_glob, min_step, pid_of, found):
     while time.monotonic() < deadline and not found:
         for run_dir in run_dir_glob():
             progress = run_dir / "progress.json"
-            if progress.is_file() and checkpoints.read_json(progress)["step"] >= min_step:
-                found.append(checkpoints.read_json(progress)["step"])
+            if progress.is_file() and files.read_json(progress)["step"] >= min_step:
+                found.append(files.read_json(progress)["step"])
                 os.kill(pid_of(run_dir), signal.SIGKILL)
                 return
         time.sleep(0.05)
@@ -200,7 +200,7 @@ def flaky_trainable(params, spec):
     def crashing_run_stage(cfg, stage, init_from=None, on_eval=None, run_dir=None):
         def on_eval_then_crash(record, run_dir):
             on_eval(record, run_dir)
-            if record["step"] >= 20 and len(checkpoints.read_json(run_dir / "trial.json")["attempts"]) == 1:
+            if record["step"] >= 20 and len(files.read_json(run_dir / "trial.json")["attempts"]) == 1:
                 raise RuntimeError("injected crash")
         return original(cfg, stage, init_from, on_eval_then_crash, run_dir)
 
@@ -223,7 +223,7 @@ def test_crashed_trial_is_retried_from_its_last_checkpoint(tmp_path, ray_instanc
         ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this file
         fn = flaky_trainable
     else:
-        pid = lambda run_dir: checkpoints.read_json(run_dir / "trial.json")["attempts"][-1]["pid"]  # noqa: E731
+        pid = lambda run_dir: files.read_json(run_dir / "trial.json")["attempts"][-1]["pid"]  # noqa: E731
         threading.Thread(target=kill_when, args=(lambda: trial_dirs(study_dir, "scratch") if
                                                  (study_dir / "scratch").is_dir() else [], 20, pid, found),
                          daemon=True).start()
@@ -234,7 +234,7 @@ def test_crashed_trial_is_retried_from_its_last_checkpoint(tmp_path, ray_instanc
     assert starts[0] == 0 and starts[1] >= 20  # the retry continued, it did not start over
     if found:
         assert starts[1] >= found[0]
-    history = checkpoints.read_json(Path(row["run_dir"]) / "result.json")["history"]
+    history = files.read_json(Path(row["run_dir"]) / "result.json")["history"]
     assert [h["step"] for h in history] == list(range(10, 161, 10))  # every eval once: no step redone
 
 
@@ -246,10 +246,10 @@ def test_torch_trainer_path_with_two_ddp_workers(tmp_path, ray_instance):
     pipeline.run_phase(study_dir, state, "scratch", trainable.stage_trainable, verbose=0)
     (row,) = results.collect(study_dir)
     assert row["status"] == "completed" and row["path"] == "train" and row["steps"] == 8 and row["devices"] == 2
-    worker = checkpoints.read_json(Path(row["run_dir"]) / trainable.WORKER)
+    worker = files.read_json(Path(row["run_dir"]) / files.WORKER)
     assert worker["world_size"] == 2 and worker["pid"] != row["pid"]  # trained by Train workers, not the trial
     assert any((study_dir / "train" / f"scratch-{row['trial_id']}").glob("checkpoint_*"))  # Train's checkpoints
-    assert checkpoints.read_json(Path(row["run_dir"]) / "progress.json")["step"] == 8
+    assert files.read_json(Path(row["run_dir"]) / "progress.json")["step"] == 8
 
 
 @pytest.mark.slow
@@ -257,7 +257,7 @@ def test_torch_trainer_restarts_a_killed_worker_from_its_checkpoint(tmp_path, ra
     state = new_study(tmp_path, overrides=["optim.max_steps=160", "optim.eval_every=10"],
                       options=pipeline.Options(train_path="train", max_concurrent=1))
     study_dir, found = Path(state["dir"]), []
-    pid = lambda run_dir: checkpoints.read_json(run_dir / trainable.WORKER)["pid"]  # noqa: E731
+    pid = lambda run_dir: files.read_json(run_dir / files.WORKER)["pid"]  # noqa: E731
     threading.Thread(target=kill_when, args=(lambda: trial_dirs(study_dir, "scratch") if
                                              (study_dir / "scratch").is_dir() else [], 20, pid, found),
                      daemon=True).start()
@@ -265,9 +265,9 @@ def test_torch_trainer_restarts_a_killed_worker_from_its_checkpoint(tmp_path, ra
     (row,) = results.collect(study_dir)
     assert found and row["status"] == "completed" and row["steps"] == 160
     assert row["attempts"] == 1  # Ray Train replaced its worker; the Tune trial itself never failed
-    worker = checkpoints.read_json(Path(row["run_dir"]) / trainable.WORKER)
+    worker = files.read_json(Path(row["run_dir"]) / files.WORKER)
     assert worker["start_step"] >= found[0] >= 20
-    history = checkpoints.read_json(Path(row["run_dir"]) / "result.json")["history"]
+    history = files.read_json(Path(row["run_dir"]) / "result.json")["history"]
     assert [h["step"] for h in history] == list(range(10, 161, 10))
 
 
@@ -294,23 +294,21 @@ def test_choice_of_path():
 def fake_trial(study_dir, stage, trial_id, lr, result=None, progress=None, init=None):
     run_dir = study_dir / stage / f"{stage}-{trial_id}-lr={lr:g}"
     run_dir.mkdir(parents=True)
-    checkpoints.write_json_atomic({"trial_id": trial_id, "stage": stage, "params": {"optim.lr": lr}, "path": "direct",
+    atomic.write_json(run_dir / "trial.json", {"trial_id": trial_id, "stage": stage, "params": {"optim.lr": lr}, "path": "direct",
                                    "devices": 1, "init": init, "wall_seconds": 10.0,
-                                   "attempts": [{"start_step": 0, "node_id": "n", "hostname": "h", "pid": 1}]},
-                                  run_dir / "trial.json")
+                                   "attempts": [{"start_step": 0, "node_id": "n", "hostname": "h", "pid": 1}]})
     if result:
-        checkpoints.write_json_atomic({"status": "completed", "metric": "accuracy", "steps": 8, "best_step": 4,
+        atomic.write_json(run_dir / "result.json", {"status": "completed", "metric": "accuracy", "steps": 8, "best_step": 4,
                                        "final_val": 0.1, "test_metric": 0.2, "train_seconds": 7.0,
-                                       "eval_seconds": 1.0, "train_flops": 3.0, "eval_flops": 1.0, **result},
-                                      run_dir / "result.json")
+                                       "eval_seconds": 1.0, "train_flops": 3.0, "eval_flops": 1.0, **result})
     if progress:
-        checkpoints.write_json_atomic(progress, run_dir / "progress.json")
+        atomic.write_json(run_dir / "progress.json", progress)
     return run_dir
 
 
 def test_results_come_from_the_run_directories(tmp_path):
     study = tmp_path / "study"
-    checkpoints.write_json_atomic({"phases": {"pretrain": "done"}, "stages": {}}, study / "study.json")
+    atomic.write_json(study / "study.json", {"phases": {"pretrain": "done"}, "stages": {}})
     fake_trial(study, "pretrain", "a", 1e-3, {"best_val": 0.5})
     fake_trial(study, "pretrain", "b", 5e-4, {"best_val": 0.7})
     fake_trial(study, "pretrain", "c", 1e-4, {"status": "failed", "reason": "non-finite loss", "best_val": None})
@@ -331,17 +329,16 @@ def test_tied_pretraining_trials_are_selected_by_val_loss(tmp_path):
     """ListOps masked accuracy ties across trials (the frequency of `]`): the lower validation loss wins,
     and study.json and the summary say so."""
     study = tmp_path / "study"
-    checkpoints.write_json_atomic({"phases": {"pretrain": "done"}, "stages": {}, "selected": None},
-                                  study / "study.json")
+    atomic.write_json(study / "study.json", {"phases": {"pretrain": "done"}, "stages": {}, "selected": None})
     tied = {"metric": "masked_accuracy", "best_val": 148 / 1000, "val_targets": 1000}
     fake_trial(study, "pretrain", "a", 1e-3, dict(tied, best_val_loss=2.58))
     fake_trial(study, "pretrain", "b", 5e-4, dict(tied, best_val=148 / 1000 * (1 + 1e-15), best_val_loss=2.57))
     fake_trial(study, "pretrain", "c", 1e-4, dict(tied, best_val=147 / 1000, best_val_loss=2.50))
-    state = checkpoints.read_json(study / "study.json")
+    state = files.read_json(study / "study.json")
     selected = pipeline.select_pretraining(study, state)
     assert selected["trial"] == "b" and selected["best_val_loss"] == 2.57
     assert selected["selected_by"] == "val metric, tie broken by val loss"
-    assert checkpoints.read_json(study / "study.json")["selected"] == selected
+    assert files.read_json(study / "study.json")["selected"] == selected
     rows = {r["trial_id"]: r for r in results.collect(study)}
     assert rows["b"]["selected"] and rows["b"]["selected_by"] == selected["selected_by"]
     text = results.summary(study)

@@ -30,7 +30,7 @@ def register(subparsers) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from sptune import api, results, seeds
+    from sptune import api, files, seeds
 
     if seeds.is_seeds_dir(args.study_dir):  # `sptune study --seeds ...`: the paired summary and its plot
         out = seeds.report(args.study_dir, plot_path=args.plot)
@@ -39,7 +39,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 0
     from sptune.studies import report
 
-    if (Path(args.study_dir) / results.STUDY_FILE).is_file():
+    if (Path(args.study_dir) / files.STUDY).is_file():
         table, pngs = api.report(args.study_dir)
         print(table)
         for png in pngs:

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from sptune import checkpoints
+from sptune import checkpoints, files
 from sptune.build import build_backbone
 from sptune.config import Config
 from sptune.config import load as load_config
@@ -58,12 +58,12 @@ def pretrained_vs_init(run_dir: str | Path) -> dict[str, Any]:
     Returns {"task", "model", "ssm_init", "seq_len", "resolution", "layers": [{"layer", "pretrained", "init"}]}.
     """
     run_dir = Path(run_dir)
-    cfg = load_config(run_dir / "config.yaml")
+    cfg = load_config(run_dir / files.CONFIG)
     task = get_task(cfg.task.name)
     torch.manual_seed(cfg.run.seed)
     initial = _backbone(cfg)
     trained = _backbone(cfg)
-    state = checkpoints.load(run_dir / checkpoints.BEST)["model"]
+    state = checkpoints.load(run_dir / files.BEST)["model"]
     trained.load_state_dict({k[len("backbone."):]: v for k, v in state.items() if k.startswith("backbone.")})
     length = task.seq_len
     before, after = model_kmax(initial, length), model_kmax(trained, length)

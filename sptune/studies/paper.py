@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from sptune.config import STAGES
+
 
 @dataclass(frozen=True)
 class PaperTable:
@@ -163,7 +165,6 @@ GU = "state-spaces/s4 configs/experiment/"  # Gu et al.'s configs; lra/s4-lra-<t
 REPO = "IdoAmos/not-from-scratch configs/experiment/"  # the paper's repository
 DLR_LAYER = "ag1988/dlr configs/model/layer/dlr.yaml"  # the official DLR layer's defaults
 
-STAGES = ("pretrain", "finetune", "scratch")
 SCHEDULES = ("constant", "cosine")  # optim.schedule, after optim.warmup_steps of linear warmup
 # Appendix C.1: "a small grid of learning rates and batch sizes with log spacing, e.g. (1e-3 5e-4 1e-4) and
 # (8 32 128)". Every stage searches it with its recipe's points added.

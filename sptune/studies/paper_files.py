@@ -19,6 +19,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from sptune.config import STAGES
 from sptune.errors import UserError
 from sptune.studies import paper, settings
 
@@ -108,7 +109,7 @@ def config_text(recipe: paper.Recipe) -> str:
               f"  epochs: {recipe.epochs}", f"  eval_every: {settings.EVAL_EVERY}",
               "run:", "  seed: 0", "  out_dir: runs", "  precision: bf16",
               "stages:"]
-    for stage in paper.STAGES:
+    for stage in STAGES:
         spec = recipe.stages[stage]
         first = spec.points[0].source if spec.points else "none reported: the grid's first values"
         lines += [f"  # lr, batch size: {first}", f"  # schedule: {spec.schedule_source}",
@@ -137,7 +138,7 @@ def space_text(recipe: paper.Recipe, task: str) -> str:
              "seed: 0",
              "resources: {workers: 1, cpus_per_worker: 4, gpus_per_worker: 1}",
              "stages:"]
-    for stage in paper.STAGES:
+    for stage in STAGES:
         lines += [f"  {stage}:", "    params:"]
         lines += [f"      {key}: [{', '.join(scalar(key, v) for v in values)}]"
                   for key, values in space[stage]["params"].items()]

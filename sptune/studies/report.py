@@ -24,12 +24,12 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from sptune import stats
+from sptune import atomic, files, stats
 from sptune.config import load as load_config
 from sptune.atomic import write_text as write_text_atomic
 from sptune.results import device_seconds
 from sptune.studies import plots
-from sptune.studies.runner import CELLS_DIR, ERROR_FILE, Plan, cell_rows, load_plan
+from sptune.studies.runner import Plan, cell_rows, load_plan
 
 ARM_SUFFIX = {"scratch": "", "masked": " + Masked SPT", "causal": " + Causal SPT", "pretrain": " (pretrained)"}
 TRIAL_COLUMNS = ["study", "cell", "stage", "trial_id", "selected", "selected_by", "status", "reason", "metric",
@@ -47,7 +47,7 @@ def collect(study_dir: Path, plan: Plan) -> list[dict[str, Any]]:
     """Every trial of every cell, with the cell's labels: the long-format results."""
     rows = []
     for cell in plan.cells:
-        for row in cell_rows(cell, study_dir / CELLS_DIR / cell.key):
+        for row in cell_rows(cell, study_dir / files.CELLS / cell.key):
             row = {**{k: v for k, v in cell.labels.items()}, **row, "study": plan.study, "cell": cell.key}
             row["device_seconds"] = device_seconds(row) if row.get("train_seconds") is not None else 0.0
             rows.append(row)
@@ -66,7 +66,7 @@ def arms(study_dir: Path, plan: Plan, rows: list[dict[str, Any]]) -> list[dict[s
             chains.append((load_config(None, list(cell.overrides)).objective.kind, ("pretrain", "finetune")))
         elif "pretrain" in cell.stages:
             chains.append(("pretrain", ("pretrain",)))
-        error = study_dir / CELLS_DIR / cell.key / ERROR_FILE
+        error = study_dir / files.CELLS / cell.key / files.CELL_ERROR
         for arm, chain in chains:
             runs = [selected.get(stage) for stage in chain]
             final = runs[-1] or {}
@@ -256,7 +256,7 @@ def kernel_table(study_dir: Path, arm_rows: list[dict[str, Any]]) -> tuple[str, 
     per_task: dict[str, list[dict[str, Any]]] = {}
     for arm in arm_rows:
         if arm["status"] == "completed":
-            data = kernel_data(study_dir / CELLS_DIR / arm["cell"], arm["run_dir"])
+            data = kernel_data(study_dir / files.CELLS / arm["cell"], arm["run_dir"])
             per_task.setdefault(arm["column"], []).append({**data, "seconds": arm["device_seconds"],
                                                            "label": arm["model"]})
     body = []
@@ -274,14 +274,13 @@ def kernel_table(study_dir: Path, arm_rows: list[dict[str, Any]]) -> tuple[str, 
 
 def kernel_data(cell_dir: Path, run_dir: str) -> dict[str, Any]:
     """K_max curves of a pretraining run, computed once from its best.pt and kept in kmax.json."""
-    from sptune import checkpoints
     from sptune.studies import kernel_analysis
 
     path = cell_dir / "kmax.json"
-    if path.is_file() and checkpoints.read_json(path).get("run_dir") == run_dir:
-        return checkpoints.read_json(path)
+    if path.is_file() and files.read_json(path).get("run_dir") == run_dir:
+        return files.read_json(path)
     data = kernel_analysis.pretrained_vs_init(run_dir)
-    checkpoints.write_json_atomic(data, path)
+    atomic.write_json(path, data)
     return data
 
 
@@ -336,7 +335,7 @@ def write(study_dir: str | Path) -> dict[str, Any]:
     for arm in arm_rows:
         arm["column_arm"] = f"{arm.get('column')}|{arm['arm']}"
     layout = plan.layout
-    results_csv = write_csv(rows, study_dir / "results.csv", TRIAL_COLUMNS)
+    results_csv = write_csv(rows, study_dir / files.RESULTS_CSV, TRIAL_COLUMNS)
     summary_csv = write_csv([{k: v for k, v in a.items() if k != "paper"} | {
         "paper_value": (a["paper"] or {}).get("value"), "paper_source": (a["paper"] or {}).get("source")}
         for a in arm_rows], study_dir / "summary.csv", ["study", "cell", "row", "arm", "status", "test"])

@@ -37,17 +37,13 @@ from typing import Any, Callable, Iterator
 
 import yaml
 
-from sptune import checkpoints, output
-from sptune.config import load as load_config
+from sptune import atomic, files, output
+from sptune.config import STAGES, load as load_config
 from sptune.errors import UserError
 
 log = logging.getLogger("sptune.studies")
 
-STAGE_ORDER = ("pretrain", "finetune", "scratch")
 BACKENDS = ("tune", "plain")
-PLAN_FILE = "plan.json"
-CELLS_DIR = "cells"
-ERROR_FILE = "error.txt"
 
 
 @dataclass(frozen=True)
@@ -55,7 +51,7 @@ class Cell:
     key: str  # directory name under cells/
     labels: dict[str, Any]  # table coordinates (task, model, seed, axis values, display column ...)
     overrides: tuple[str, ...]  # config overrides; `pretrain.optim.max_steps=...` targets one stage
-    stages: tuple[str, ...] = STAGE_ORDER
+    stages: tuple[str, ...] = STAGES
     # Nuisance search space {stage: {"params": {key: [values]}, "points": [{key: value}]}}; None = the
     # project's search_spaces/<task>/<model>.yaml (tune) / the config's own values (plain).
     space: dict[str, Any] | None = None
@@ -86,23 +82,23 @@ def cell_from_dict(data: dict[str, Any]) -> Cell:
 
 
 def load_plan(study_dir: str | Path) -> Plan:
-    path = Path(study_dir) / PLAN_FILE
+    path = Path(study_dir) / files.PLAN
     if not path.is_file():
-        raise UserError(f"{study_dir} is not a study directory (no {PLAN_FILE}); run a script in studies/ first")
-    data = checkpoints.read_json(path)
+        raise UserError(f"{study_dir} is not a study directory (no {files.PLAN}); run a script in studies/ first")
+    data = files.read_json(path)
     data["cells"] = [cell_from_dict(c) for c in data["cells"]]
     return Plan(**data)
 
 
 def save_plan(study_dir: Path, plan: Plan) -> None:
     """Write plan.json; a rerun into the same directory must ask for the same cells (that is a resume)."""
-    path = study_dir / PLAN_FILE
+    path = study_dir / files.PLAN
     if path.is_file():
         old = load_plan(study_dir)
         if [(c.key, c.overrides, c.stages) for c in old.cells] != [(c.key, c.overrides, c.stages) for c in plan.cells]:
             raise UserError(f"{study_dir} holds a different grid of this study (flags changed?); "
                             f"rerun with the original flags to resume, or pass another --dir")
-    checkpoints.write_json_atomic(plan.to_dict(), path)
+    atomic.write_json(path, plan.to_dict())
 
 
 # ----------------------------------------------------------------------------- search spaces
@@ -139,13 +135,13 @@ def plain_point(space: dict[str, Any] | None, stage: str) -> list[str]:
 def run_cell_plain(cell: Cell, cell_dir: Path) -> None:
     from sptune import train
 
-    for stage in [s for s in STAGE_ORDER if s in cell.stages]:
+    for stage in [s for s in STAGES if s in cell.stages]:
         run_dir = cell_dir / stage
-        if checkpoints.finished_result(run_dir) is not None:
+        if files.finished_result(run_dir) is not None:
             continue
         init_from = None
         if stage == "finetune":
-            if checkpoints.finished_result(cell_dir / "pretrain")["status"] == "failed":
+            if files.finished_result(cell_dir / "pretrain")["status"] == "failed":
                 continue  # nothing to finetune; the report shows the SPT arm as failed, with the reason
             init_from = cell_dir / "pretrain"
         space = cell.space if cell.space is not None else repo_space(cell)
@@ -158,11 +154,11 @@ def plain_rows(cell: Cell, cell_dir: Path) -> list[dict[str, Any]]:
     from sptune import results
 
     rows = []
-    for stage in [s for s in STAGE_ORDER if s in cell.stages]:
-        result = checkpoints.finished_result(cell_dir / stage)
+    for stage in [s for s in STAGES if s in cell.stages]:
+        result = files.finished_result(cell_dir / stage)
         if result is None:
             continue
-        cfg = load_config(cell_dir / stage / "config.yaml")
+        cfg = load_config(cell_dir / stage / files.CONFIG)
         rows.append({"stage": stage, "trial_id": "plain", "selected": True, "selected_by": "no search",
                      "devices": 1, "optim.lr": cfg.optim.lr, "optim.batch_size": cfg.optim.batch_size,
                      **{k: result.get(k) for k in results.RESULT_KEYS}, "run_dir": str(cell_dir / stage)})
@@ -190,23 +186,22 @@ def _space_file(cell: Cell, cell_dir: Path) -> str:
     filler = next(iter(stages.values()))  # a stage the cell skips is never searched
     data = {"task": cfg.task.name, "model": cfg.model.name, "num_samples": 1000, "max_concurrent": 2,
             "resources": {"workers": 1, "cpus_per_worker": 1, "gpus_per_worker": 0},
-            "stages": {s: stages.get(s, filler) for s in STAGE_ORDER}}
+            "stages": {s: stages.get(s, filler) for s in STAGES}}
     path = cell_dir / "space.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return str(path)
 
 
 def run_cell_tune(cell: Cell, cell_dir: Path, options: TuneOptions) -> None:
-    from sptune import results
     from sptune.tune import pipeline
 
-    if not (cell_dir / results.STUDY_FILE).is_file():
+    if not (cell_dir / files.STUDY).is_file():
         cell_dir.mkdir(parents=True, exist_ok=True)
         opts = pipeline.Options(num_samples=options.num_samples, max_concurrent=options.max_concurrent,
                                 cpus_per_worker=options.cpus_per_trial, gpus_per_worker=options.gpus_per_trial)
         pipeline.create(None, list(cell.overrides), cell_dir, _space_file(cell, cell_dir), opts)
         state = pipeline.load_state(cell_dir)
-        for phase in STAGE_ORDER:
+        for phase in STAGES:
             if phase not in cell.stages:
                 state["phases"][phase] = "skipped: not part of this study cell"
         pipeline.save_state(cell_dir, state)
@@ -223,13 +218,12 @@ def tune_rows(cell_dir: Path) -> list[dict[str, Any]]:
 
 
 def tune_done(cell: Cell, cell_dir: Path) -> bool:
-    from sptune import results
 
-    path = cell_dir / results.STUDY_FILE
+    path = cell_dir / files.STUDY
     if not path.is_file():
         return False
-    phases = checkpoints.read_json(path).get("phases", {})
-    return all(str(phases.get(s, "")) == "done" or str(phases.get(s, "")).startswith("skipped") for s in STAGE_ORDER)
+    phases = files.read_json(path).get("phases", {})
+    return all(str(phases.get(s, "")) == "done" or str(phases.get(s, "")).startswith("skipped") for s in STAGES)
 
 
 @contextmanager
@@ -259,15 +253,14 @@ def ray_for_study(study_dir: Path, address: str | None) -> Iterator[None]:
 # ----------------------------------------------------------------------------- the study loop
 def cell_rows(cell: Cell, cell_dir: Path) -> list[dict[str, Any]]:
     """Every trial of a cell, from whichever backend ran it (a pipeline study has study.json)."""
-    from sptune import results
 
-    return tune_rows(cell_dir) if (cell_dir / results.STUDY_FILE).is_file() else plain_rows(cell, cell_dir)
+    return tune_rows(cell_dir) if (cell_dir / files.STUDY).is_file() else plain_rows(cell, cell_dir)
 
 
 def cell_done(cell: Cell, cell_dir: Path, backend: str) -> bool:
     if backend == "tune":
         return tune_done(cell, cell_dir)
-    results = {s: checkpoints.finished_result(cell_dir / s) for s in cell.stages}
+    results = {s: files.finished_result(cell_dir / s) for s in cell.stages}
     pretraining_failed = (results.get("pretrain") or {}).get("status") == "failed"
     return all(r is not None or (s == "finetune" and pretraining_failed) for s, r in results.items())
 
@@ -292,18 +285,18 @@ def run_study(study_dir: str | Path, plan: Plan, options: TuneOptions | None = N
     save_plan(study_dir, plan)
     options = options or TuneOptions()
     failed = []
-    todo = [c for c in plan.cells if not cell_done(c, study_dir / CELLS_DIR / c.key, plan.backend)]
+    todo = [c for c in plan.cells if not cell_done(c, study_dir / files.CELLS / c.key, plan.backend)]
     session = ray_for_study(study_dir, options.address) if plan.backend == "tune" and todo else _nothing()
     with session:
         for cell in todo:
-            cell_dir = study_dir / CELLS_DIR / cell.key
+            cell_dir = study_dir / files.CELLS / cell.key
             start = time.perf_counter()
             try:
                 run_cell(cell, cell_dir, plan.backend, options)
-                (cell_dir / ERROR_FILE).unlink(missing_ok=True)
+                (cell_dir / files.CELL_ERROR).unlink(missing_ok=True)
             except Exception as exc:  # noqa: BLE001 - one broken cell must not stop the others
                 cell_dir.mkdir(parents=True, exist_ok=True)
-                (cell_dir / ERROR_FILE).write_text(f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}")
+                (cell_dir / files.CELL_ERROR).write_text(f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}")
                 failed.append(cell.key)
                 log.error("cell %s failed: %s", cell.key, exc)
             if on_cell is not None:
@@ -373,12 +366,12 @@ def main(study: str, build_plan: Callable[[argparse.Namespace], Plan], descripti
         plan = build_plan(args)
         plan.backend, plan.smoke = args.backend, args.smoke_test
         study_dir = Path(args.dir or Path("runs") / "studies" / (study + ("-smoke" if args.smoke_test else "")))
-        log_path = study_dir.resolve() / output.LOG_NAME
+        log_path = study_dir.resolve() / files.STUDY_LOG
         # Ray, Tune and the trials print into the log; the terminal gets the cells' progress.
         with output.captured(log_path, show_trials=False) as console:
             console.line(f"{plan.title}: {len(plan.cells)} cells, backend {plan.backend} -> {study_dir}")
             console.line(f"log: {log_path}")
-            finished = [c for c in plan.cells if cell_done(c, study_dir.resolve() / CELLS_DIR / c.key, plan.backend)]
+            finished = [c for c in plan.cells if cell_done(c, study_dir.resolve() / files.CELLS / c.key, plan.backend)]
             if finished:
                 console.line(f"resuming: {len(finished)} of {len(plan.cells)} cells already finished, skipped")
             options = TuneOptions(args.num_samples, args.max_concurrent, args.cpus_per_trial, args.gpus_per_trial,
@@ -400,6 +393,6 @@ def main(study: str, build_plan: Callable[[argparse.Namespace], Plan], descripti
         print(f"plot:  {png}")
     print(f"log:   {log_path}")
     if failed:
-        print(f"{len(failed)} cell(s) failed (see cells/<key>/{ERROR_FILE}): {', '.join(failed)}", file=sys.stderr)
+        print(f"{len(failed)} cell(s) failed (see cells/<key>/{files.CELL_ERROR}): {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0

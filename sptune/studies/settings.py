@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sptune.config import STAGES
 from sptune.errors import UserError
 from sptune.studies import paper
 
@@ -48,7 +49,7 @@ def smoke_model(model_overrides: dict[str, Any], layers: int = 1) -> list[str]:
         [f"model.n_layers={layers}"]
 
 
-def smoke_space(stages: tuple[str, ...] = ("pretrain", "finetune", "scratch")) -> dict[str, Any]:
+def smoke_space(stages: tuple[str, ...] = STAGES) -> dict[str, Any]:
     return {s: {"params": {k: [v] for k, v in SMOKE_POINT.items()}, "points": [dict(SMOKE_POINT)]} for s in stages}
 
 
@@ -73,6 +74,6 @@ def real(r: paper.Recipe, epochs: bool = True) -> list[str]:
     shared = r.shared()
     if not epochs:
         del shared["optim.epochs"]
-    per_stage = [f"{stage}.{key}={value}" for stage in paper.STAGES for key, value in r.stage_values(stage).items()
+    per_stage = [f"{stage}.{key}={value}" for stage in STAGES for key, value in r.stage_values(stage).items()
                  if key in ("optim.schedule", "optim.warmup_steps")]
     return as_overrides(shared) + [f"optim.eval_every={EVAL_EVERY}"] + per_stage

@@ -19,8 +19,9 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from sptune import files
+from sptune.config import STAGES
 from sptune.errors import UserError
-from sptune.output import LOG_NAME
 from sptune.tune.loggers import LOGGERS
 
 
@@ -109,20 +110,20 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def _interruptible(study_dir: Path, run: Callable[[], Path]) -> int:
     """Run the study; exit 0 when every stage has a completed trial (every seed paired, for a multi-seed
     study), 1 otherwise, 130 on Ctrl-C."""
-    from sptune import checkpoints, results, seeds
+    from sptune import results, seeds
 
     try:
         study_dir = run()
     except KeyboardInterrupt:
         print(f"sptune: interrupted; continue with `sptune resume {study_dir.resolve()}` "
-              f"(log: {study_dir.resolve() / LOG_NAME})", file=sys.stderr)
+              f"(log: {study_dir.resolve() / files.STUDY_LOG})", file=sys.stderr)
         return 130
     if seeds.is_seeds_dir(study_dir):  # every seed paired (its SPT and scratch arms both completed)
-        spec = checkpoints.read_json(study_dir / seeds.SEEDS_FILE)
+        spec = files.read_json(study_dir / files.SEEDS)
         paired = seeds.report(study_dir)["paired"]
         return 0 if paired is not None and paired.n == len(spec["seeds"]) else 1
     rows = results.collect(study_dir)
-    return 0 if all(results.best_row(rows, s)[0] for s in results.STAGES) else 1
+    return 0 if all(results.best_row(rows, s)[0] for s in STAGES) else 1
 
 
 def cmd_results(args: argparse.Namespace) -> int:
@@ -132,9 +133,9 @@ def cmd_results(args: argparse.Namespace) -> int:
     if seeds.is_seeds_dir(study_dir):
         print(seeds.report(study_dir)["text"])
         return 0
-    if not (study_dir / results.STUDY_FILE).is_file():
-        raise UserError(f"{study_dir} is not a study directory (no {results.STUDY_FILE})")
+    if not (study_dir / files.STUDY).is_file():
+        raise UserError(f"{study_dir} is not a study directory (no {files.STUDY})")
     rows = results.collect(study_dir)
-    results.write_csv(rows, study_dir / results.CSV_NAME)
+    results.write_csv(rows, study_dir / files.RESULTS_CSV)
     print(results.summary(study_dir, rows))
     return 0

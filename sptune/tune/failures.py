@@ -19,9 +19,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from sptune import checkpoints
+from sptune import atomic, checkpoints, files
 
-ERROR = "error.json"  # a crashed trial's last error, as Tune reported it
 
 
 def deterministic_reason(exc: BaseException) -> str | None:
@@ -40,13 +39,13 @@ def deterministic_reason(exc: BaseException) -> str | None:
 def failed_result(run_dir: Path, stage: str, reason: str) -> dict[str, Any]:
     """Write result.json of a trial that ended in a deterministic failure outside the training loop
     (the loop writes its own for a non-finite loss); what it reached comes from progress.json."""
-    progress_path = run_dir / "progress.json"
-    progress = checkpoints.read_json(progress_path) if progress_path.is_file() else {}
+    progress_path = run_dir / files.PROGRESS
+    progress = files.read_json(progress_path) if progress_path.is_file() else {}
     result = {"stage": stage, "run_dir": str(run_dir), "status": "failed", "reason": reason,
               "steps": progress.get("step", 0), "best_step": progress.get("best_step", -1),
               "best_val": progress.get("best_val"), "final_val": progress.get("val_metric"), "history": []}
     run_dir.mkdir(parents=True, exist_ok=True)
-    checkpoints.write_json_atomic(result, run_dir / checkpoints.RESULT)
+    atomic.write_json(run_dir / files.RESULT, result)
     return result
 
 
@@ -58,8 +57,8 @@ def one_line(error: BaseException | str | None) -> str:
 
 def stopped_metrics(run_dir: Path) -> tuple[dict[str, float], int]:
     """HParams metrics of a trial that ended without a result (stopped or crashed): its latest eval."""
-    progress_path = run_dir / "progress.json"
-    progress = checkpoints.read_json(progress_path) if progress_path.is_file() else {}
+    progress_path = run_dir / files.PROGRESS
+    progress = files.read_json(progress_path) if progress_path.is_file() else {}
     best = progress.get("best_val")
     return ({"best_val": math.nan if best is None else best, "final_val": progress.get("val_metric", math.nan),
              "test_metric": math.nan, "best_step": progress.get("best_step", -1)}, progress.get("step", 0))
@@ -80,20 +79,20 @@ def make_outcomes_callback(spec: Any):
 
         def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             run_dir = self._run_dir(trial)
-            if not (run_dir / trainable.TRIAL).is_file():
+            if not (run_dir / files.TRIAL).is_file():
                 return  # never started: no run directory, no row
             # The driver-side error.txt is written before this call; the copy in storage may lag.
             local = Path(trial.error_file) if trial.error_file else None
             error = one_line(local.read_text() if local and local.is_file() else trial.get_error())
-            checkpoints.write_json_atomic({"error": error, "error_file": trial.error_file,
-                                           "failures": trial.run_metadata.num_failures}, run_dir / ERROR)
+            atomic.write_json(run_dir / files.TRIAL_ERROR, {"error": error, "error_file": trial.error_file,
+                                           "failures": trial.run_metadata.num_failures})
             metrics, step = stopped_metrics(run_dir)
             trainable.write_hparams(run_dir, spec, trainable.searched(trial.config), dict(metrics, status="failed"),
                                     step)
 
         def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             run_dir = self._run_dir(trial)
-            if (run_dir / trainable.TRIAL).is_file() and checkpoints.finished_result(run_dir) is None:
+            if (run_dir / files.TRIAL).is_file() and files.finished_result(run_dir) is None:
                 metrics, step = stopped_metrics(run_dir)
                 trainable.write_hparams(run_dir, spec, trainable.searched(trial.config),
                                         dict(metrics, status="stopped"), step)

@@ -42,8 +42,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from sptune import checkpoints, output, results
-from sptune.config import STAGE_NAMES
+from sptune import atomic, files, output, results
+from sptune.config import STAGES
 from sptune.config import load as load_config
 from sptune.errors import UserError
 from sptune.tune import failures, loggers, resources, search
@@ -51,8 +51,6 @@ from sptune.tune.trainable import LINEAGE_KEY, PATHS, TrialSpec, choose_path, st
 
 log = logging.getLogger("sptune.tune")
 
-PHASES = ("pretrain", "finetune", "scratch")
-DRIVER_FILE = "driver.json"
 TAG_ENV = "SPTUNE_RAY_TAG"  # marks every process of a study's local Ray instance (for cleanup)
 # A tiny study for tests and for checking an installation: every stage runs 2 trials of 8 steps.
 SMOKE_OVERRIDES = ["model.d_model=16", "model.n_layers=1", "model.n_heads=2", "model.d_ff=16",
@@ -84,24 +82,24 @@ def create(config_path: str, overrides: list[str], study_dir: str | Path, space_
     """Resolve and validate everything up front, then write study.json (before any Ray work)."""
     options = options or Options()
     study_dir = Path(study_dir).resolve()
-    if (study_dir / results.STUDY_FILE).is_file():
+    if (study_dir / files.STUDY).is_file():
         raise UserError(f"{study_dir} already holds a study; continue it with `sptune resume {study_dir}` "
                         f"or pass another --dir")
     # The smoke settings first: an override on the command line still wins (`--smoke optim.max_steps=40`).
     overrides = (SMOKE_OVERRIDES if options.smoke else []) + list(overrides)
-    stages = {stage: load_config(config_path, overrides, stage=stage).to_dict() for stage in STAGE_NAMES}
+    stages = {stage: load_config(config_path, overrides, stage=stage).to_dict() for stage in STAGES}
     task, model = stages["scratch"]["task"]["name"], stages["scratch"]["model"]["name"]
     space = search.load(space_path or search.default_path(task, model))
     declared = (space.task or task, space.model or model)
     if declared != (task, model):
         raise UserError(f"{space.path} is for task '{declared[0]}' / model '{declared[1]}', the config is for "
                         f"'{task}' / '{model}'; pass the matching --search-space")
-    missing = [s for s in PHASES if s not in space.stages]
+    missing = [s for s in STAGES if s not in space.stages]
     if missing:
         raise UserError(f"{space.path} has no grid for stage(s) {', '.join(missing)}; a study searches all three")
     resolved = resolve_options(options, space)
     if resolved["asha"]:
-        for phase in PHASES:
+        for phase in STAGES:
             search.check_rungs(resolved["asha"], step_budgets(stages[phase], space.stages[phase].params),
                                stages[phase]["optim"]["eval_every"], f"stage {phase}")
     state = {"version": 1, "dir": str(study_dir), "config": str(config_path), "overrides": overrides,
@@ -162,15 +160,15 @@ def resolve_options(options: Options, space: search.SearchSpace) -> dict[str, An
 
 
 def load_state(study_dir: str | Path) -> dict[str, Any]:
-    path = Path(study_dir) / results.STUDY_FILE
+    path = Path(study_dir) / files.STUDY
     if not path.is_file():
-        raise UserError(f"{study_dir} is not a study directory (no {results.STUDY_FILE}); "
+        raise UserError(f"{study_dir} is not a study directory (no {files.STUDY}); "
                         f"start one with `sptune study <config> --dir {study_dir}`")
-    return checkpoints.read_json(path)
+    return files.read_json(path)
 
 
 def save_state(study_dir: Path, state: dict[str, Any]) -> None:
-    checkpoints.write_json_atomic(state, Path(study_dir) / results.STUDY_FILE)
+    atomic.write_json(Path(study_dir) / files.STUDY, state)
 
 
 def describe_path(options: dict[str, Any]) -> str:
@@ -199,7 +197,7 @@ def run(study_dir: str | Path, address: str | None = None, verbose: int = 1,
     log.info("%s", describe_path(state["options"]))
     with ray_session(study_dir, address):
         resources.check_cluster(state["options"]["gpus_per_worker"])
-        for phase in PHASES:
+        for phase in STAGES:
             if phase in state["phases"] and not (  # "done", or "skipped: <why>"
                     retry_failed and state["phases"][phase] == "done" and crashed_trials(study_dir, phase)):
                 continue
@@ -212,14 +210,14 @@ def run(study_dir: str | Path, address: str | None = None, verbose: int = 1,
             state["phases"][phase] = "done"
             save_state(study_dir, state)
     rows = results.collect(study_dir)
-    results.write_csv(rows, study_dir / results.CSV_NAME)
+    results.write_csv(rows, study_dir / files.RESULTS_CSV)
     return rows
 
 
 def crashed_trials(study_dir: Path, phase: str) -> list[Path]:
     """Run directories of the phase's trials that crashed after their last retry (error.json)."""
     stage_dir = study_dir / phase
-    return sorted(p.parent for p in stage_dir.glob(f"*/{failures.ERROR}")) if stage_dir.is_dir() else []
+    return sorted(p.parent for p in stage_dir.glob(f"*/{files.TRIAL_ERROR}")) if stage_dir.is_dir() else []
 
 
 def select_pretraining(study_dir: Path, state: dict[str, Any]) -> dict[str, Any] | None:
@@ -231,7 +229,7 @@ def select_pretraining(study_dir: Path, state: dict[str, Any]) -> dict[str, Any]
             return None
         state["selected"] = {"trial": best["trial_id"], "run_dir": best["run_dir"], "step": best["best_step"],
                              "best_val": best["best_val"], "best_val_loss": best.get("best_val_loss"),
-                             "selected_by": how, "checkpoint": str(Path(best["run_dir"]) / checkpoints.BEST)}
+                             "selected_by": how, "checkpoint": str(Path(best["run_dir"]) / files.BEST)}
         save_state(study_dir, state)
     return state["selected"]
 
@@ -274,7 +272,7 @@ def run_phase(study_dir: Path, state: dict[str, Any], phase: str, trainable: Cal
         trials = search.trial_count(stage_space, options["num_samples"])
         tuner = tune.Tuner(fn, param_space=param_space, tune_config=tune.TuneConfig(
             search_alg=search.limit(search.make_searcher(stage_space, options["sampler"], options["seed"],
-                                                         journal=study_dir / search.JOURNAL,
+                                                         journal=study_dir / files.OPTUNA_JOURNAL,
                                                          study_name=search.optuna_study_name(study_dir, phase)),
                                     options["max_concurrent"]),
             scheduler=search.make_scheduler(options["asha"]),
@@ -317,7 +315,7 @@ def ray_session(study_dir: Path, address: str | None = None) -> Iterator[None]:
     stop_processes(leftover_processes(study_dir))  # a killed driver's Ray instance, if it left anything
     tag = ray_tag(study_dir)
     driver = {"pid": os.getpid(), "tag": tag, "address": address, "started": time.time(), "raylet_pids": []}
-    checkpoints.write_json_atomic(driver, study_dir / DRIVER_FILE)
+    atomic.write_json(study_dir / files.DRIVER, driver)
     os.environ[TAG_ENV] = tag
     try:
         # The dashboard stays on: Ray Train's PlacementGroupCleaner asks its state API whether a
@@ -327,7 +325,7 @@ def ray_session(study_dir: Path, address: str | None = None) -> Iterator[None]:
                  logging_config=ray.LoggingConfig(log_level="WARNING"))
         # Recorded for a later cleanup: if this driver is killed, the raylet's agents outlive it.
         driver["raylet_pids"] = [pid for pid in ray_processes(tag) if _cmdline(pid).split(" ")[0].endswith("/raylet")]
-        checkpoints.write_json_atomic(driver, study_dir / DRIVER_FILE)
+        atomic.write_json(study_dir / files.DRIVER, driver)
         yield
     finally:
         ray.shutdown()
@@ -335,10 +333,10 @@ def ray_session(study_dir: Path, address: str | None = None) -> Iterator[None]:
 
 
 def check_driver(study_dir: Path) -> None:
-    path = study_dir / DRIVER_FILE
+    path = study_dir / files.DRIVER
     if not path.is_file():
         return
-    pid = checkpoints.read_json(path)["pid"]
+    pid = files.read_json(path)["pid"]
     if pid != os.getpid() and _cmdline(pid) and "sptune" in _cmdline(pid):
         raise UserError(f"the study in {study_dir} is still running (driver pid {pid}); stop it first "
                         f"(Ctrl-C or kill {pid}), then resume")
@@ -374,10 +372,10 @@ def ray_processes(tag: str, raylet_pids: Iterable[int] = ()) -> list[int]:
 
 def leftover_processes(study_dir: str | Path) -> list[int]:
     """What the local Ray instance of a study's last driver left running (none if it joined a cluster)."""
-    path = Path(study_dir) / DRIVER_FILE
+    path = Path(study_dir) / files.DRIVER
     if not path.is_file():
         return []
-    driver = checkpoints.read_json(path)
+    driver = files.read_json(path)
     return ray_processes(driver["tag"], driver.get("raylet_pids", []))
 
 

@@ -1,4 +1,4 @@
-"""Optuna's standard plots of each phase's search, as PNG, from the study's journal (search.JOURNAL):
+"""Optuna's standard plots of each phase's search, as PNG, from the study's journal (files.OPTUNA_JOURNAL):
 
     plots/<phase>-history.png      optimization history (validation metric per trial, best so far)
     plots/<phase>-importance.png   parameter importances (PED-ANOVA: numpy only), when >= 2 params vary
@@ -21,25 +21,26 @@ import optuna  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
 from optuna.visualization import matplotlib as ovm  # noqa: E402
 
+from sptune import files
+from sptune.config import STAGES
 from sptune.atomic import replacing  # noqa: E402
 from sptune.tune import search  # noqa: E402
 
 log = logging.getLogger("sptune.tune")
 
 PLOTS_DIR = "plots"
-PHASES = ("pretrain", "finetune", "scratch")
 
 
 def write(study_dir: str | Path) -> list[Path]:
     """Every plot that the phases' finished trials allow; returns the PNG paths."""
     study_dir = Path(study_dir)
-    journal = study_dir / search.JOURNAL
+    journal = study_dir / files.OPTUNA_JOURNAL
     if not journal.is_file():
         return []
     storage = search.journal_storage(journal)
     names = {s.study_name for s in storage.get_all_studies()}
     paths = []
-    for phase in PHASES:
+    for phase in STAGES:
         name = search.optuna_study_name(study_dir, phase)
         if name not in names:
             continue

@@ -39,7 +39,7 @@ from ray.tune.schedulers import ASHAScheduler
 from ray.tune.search import ConcurrencyLimiter, Searcher
 from ray.tune.search.optuna import OptunaSearch
 
-from sptune.config import STAGE_NAMES, from_dict, read_yaml
+from sptune.config import STAGES, from_dict, read_yaml
 from sptune.errors import UserError
 
 METRIC = "best_val"  # every trial reports its running best validation metric under this name
@@ -54,7 +54,6 @@ FULL_BUDGET = 1.0 - 1e-9
 SAMPLERS = ("auto", "brute", "tpe")
 RANGES = ("loguniform", "uniform")
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the checkout's root when sptune runs from one
-JOURNAL = "optuna.journal"  # in the study directory: every phase's Optuna study
 
 
 @dataclass
@@ -124,8 +123,8 @@ def parse(data: Any, path: str = "<search space>") -> SearchSpace:
     if set(data) - known:
         raise UserError(f"{path}: unknown keys {sorted(set(data) - known)}; allowed: {', '.join(sorted(known))}")
     stages = data.get("stages")
-    if not isinstance(stages, dict) or not stages or set(stages) - set(STAGE_NAMES):
-        raise UserError(f"{path}: 'stages' must map some of {', '.join(STAGE_NAMES)} to {{params, points}}")
+    if not isinstance(stages, dict) or not stages or set(stages) - set(STAGES):
+        raise UserError(f"{path}: 'stages' must map some of {', '.join(STAGES)} to {{params, points}}")
     space = SearchSpace(path=path, stages={name: _stage(path, name, spec) for name, spec in stages.items()},
                         task=str(data.get("task", "")), model=str(data.get("model", "")))
     for key in ("num_samples", "max_concurrent", "seed"):

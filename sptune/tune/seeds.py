@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
-from sptune import checkpoints, results, seeds
+from sptune import atomic, files, seeds
 from sptune.errors import UserError
 from sptune.tune import pipeline
 
@@ -31,17 +31,17 @@ def create(config_path: str, overrides: list[str], parent: str | Path, seed_list
     if any(o.split("=", 1)[0] in ("run.seed", "scratch.run.seed", "pretrain.run.seed", "finetune.run.seed")
            for o in overrides):
         raise UserError("pass seeds with --seeds, not a run.seed= override")
-    if (parent / seeds.SEEDS_FILE).is_file():
+    if (parent / files.SEEDS).is_file():
         raise UserError(f"{parent} already holds a multi-seed study; continue it with `sptune resume {parent}` "
                         f"or pass another --dir")
-    if (parent / results.STUDY_FILE).is_file():
+    if (parent / files.STUDY).is_file():
         raise UserError(f"{parent} holds a single-seed study; pass another --dir")
     spec = {"version": 1, "config": str(config_path), "overrides": list(overrides), "seeds": list(seed_list),
             "search_space": space_path, "options": asdict(options), "created": time.time()}
     for seed in seed_list:
         pipeline.create(config_path, [*overrides, f"run.seed={seed}"], parent / seeds.seed_dir_name(seed),
                         space_path, options)
-    checkpoints.write_json_atomic(spec, parent / seeds.SEEDS_FILE)
+    atomic.write_json(parent / files.SEEDS, spec)
     return spec
 
 
@@ -49,7 +49,7 @@ def run(parent: str | Path, address: str | None = None, verbose: int = 1,
         on_seed: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Run (or continue) every seed's study inside one Ray instance, then write the summary files."""
     parent = Path(parent).resolve()
-    spec = checkpoints.read_json(parent / seeds.SEEDS_FILE)
+    spec = files.read_json(parent / files.SEEDS)
     start = time.perf_counter()
     with pipeline.ray_session(parent, address):
         for seed in spec["seeds"]:

@@ -29,21 +29,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from sptune import checkpoints
+from sptune import atomic, checkpoints, files
 from sptune.config import Config, from_dict, merge
-from sptune.tune.failures import ERROR
 
 log = logging.getLogger("sptune.tune")
 
 PATHS = ("auto", "direct", "train")
-TRIAL = "trial.json"
-PROGRESS = "progress.json"
-WORKER = "worker.json"
 # The trial process of the train path only waits on its TorchTrainer, so it reserves no CPU (the
 # workers get every core: 2 workers on 2 cores must fit). A placement group needs some resource in
 # its bundle, and "memory" is one every Ray node has, unlike a custom resource.
 DRIVER_RESOURCES = {"CPU": 0, "memory": 64 * 2**20}
-CARRIED = (checkpoints.LAST, checkpoints.BEST, PROGRESS)  # what a Tune / Train checkpoint holds
+CARRIED = (files.LAST, files.BEST, files.PROGRESS)  # what a Tune / Train checkpoint holds
 # A constant entry of every trial's Tune config: the study, stage and (finetune) the pretraining trial it
 # starts from, so experiment trackers log each trial's lineage with its config. Not a searched param.
 LINEAGE_KEY = "study"
@@ -116,10 +112,10 @@ def stage_trainable(params: dict[str, Any], spec: TrialSpec) -> None:
     params = searched(params)
     trial_id = tune.get_context().get_trial_id()
     run_dir = Path(spec.study_dir) / spec.stage / run_name(spec.stage, trial_id, params)
-    done = checkpoints.finished_result(run_dir)
+    done = files.finished_result(run_dir)
     if done is not None:
         # Finished before the study driver died but after Tune's last snapshot: never run it again.
-        tune.report(final_metrics(done, checkpoints.read_json(run_dir / TRIAL).get("wall_seconds")))
+        tune.report(final_metrics(done, files.read_json(run_dir / files.TRIAL).get("wall_seconds")))
         return
     cfg = trial_config(spec, params)
     init_from = Path(spec.init["run_dir"]) if spec.init else None
@@ -184,7 +180,7 @@ def report_to_tune(clock: "Clock"):
 
     def on_eval(record: dict[str, Any], run_dir: Path) -> None:
         metrics = eval_metrics(record, clock.total())
-        checkpoints.write_json_atomic(metrics, run_dir / PROGRESS)
+        atomic.write_json(run_dir / files.PROGRESS, metrics)
         with checkpoint_dir(run_dir) as path:
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(path))
 
@@ -211,8 +207,8 @@ def restore_files(checkpoint: Any, run_dir: Path) -> None:
     if checkpoint is None:
         return
     with checkpoint.as_directory() as path:
-        saved = _step(Path(path) / PROGRESS)
-        if (run_dir / checkpoints.LAST).is_file() and saved <= _step(run_dir / PROGRESS):
+        saved = _step(Path(path) / files.PROGRESS)
+        if (run_dir / files.LAST).is_file() and saved <= _step(run_dir / files.PROGRESS):
             return
         run_dir.mkdir(parents=True, exist_ok=True)
         for name in CARRIED:
@@ -224,7 +220,7 @@ def restore_files(checkpoint: Any, run_dir: Path) -> None:
 
 
 def _step(progress: Path) -> int:
-    return checkpoints.read_json(progress)["step"] if progress.is_file() else -1
+    return files.read_json(progress)["step"] if progress.is_file() else -1
 
 
 # ----------------------------------------------------------------------------- trial record
@@ -244,30 +240,30 @@ def attempt(run_dir: Path, spec: TrialSpec, trial_id: str, params: dict[str, Any
     import ray
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / TRIAL
-    record = checkpoints.read_json(path) if path.is_file() else {
+    path = run_dir / files.TRIAL
+    record = files.read_json(path) if path.is_file() else {
         "trial_id": trial_id, "stage": spec.stage, "params": params, "path": spec.path, "workers": spec.workers,
         "cpus_per_worker": spec.cpus_per_worker, "gpus_per_worker": spec.gpus_per_worker, "devices": spec.devices,
         "init": spec.init, "attempts": []}
-    progress = checkpoints.read_json(run_dir / PROGRESS) if (run_dir / PROGRESS).is_file() else {}
+    progress = files.read_json(run_dir / files.PROGRESS) if (run_dir / files.PROGRESS).is_file() else {}
     clock = Clock(progress.get("wall_seconds", 0.0))
     # A new attempt: the last crash is no longer the trial's outcome.
-    (run_dir / ERROR).unlink(missing_ok=True)
+    (run_dir / files.TRIAL_ERROR).unlink(missing_ok=True)
     for old in (run_dir / "tb").glob(f"*{HPARAMS_END}"):
         old.unlink()
     record["attempts"].append({"start_step": _resume_step(run_dir), "started": time.time(),
                                "node_id": ray.get_runtime_context().get_node_id(),
                                "hostname": socket.gethostname(), "pid": os.getpid()})
-    checkpoints.write_json_atomic(record, path)
+    atomic.write_json(path, record)
     log.info("trial %s (%s path) starts at step %d in %s", trial_id, spec.path,
              record["attempts"][-1]["start_step"], run_dir)
     yield clock
     record["wall_seconds"] = clock.total()
-    checkpoints.write_json_atomic(record, path)
+    atomic.write_json(path, record)
 
 
 def _resume_step(run_dir: Path) -> int:
-    last = run_dir / checkpoints.LAST
+    last = run_dir / files.LAST
     if not last.is_file():
         return 0
     try:
@@ -342,7 +338,7 @@ def run_under_torch_trainer(cfg: Config, spec: TrialSpec, run_dir: Path, trial_i
             checkpoint_config=CheckpointConfig(num_to_keep=1), callbacks=[TuneReportCallback()],
             logging_config=LoggingConfig(log_level="WARNING")))  # each eval is already printed once
     trainer.fit()
-    return checkpoints.read_json(run_dir / checkpoints.RESULT)
+    return files.read_json(run_dir / files.RESULT)
 
 
 def train_worker(loop_config: dict[str, Any]) -> None:
@@ -355,9 +351,9 @@ def train_worker(loop_config: dict[str, Any]) -> None:
     rank = ray.train.get_context().get_world_rank()
     if rank == 0:
         restore_files(ray.train.get_checkpoint(), run_dir)
-        checkpoints.write_json_atomic({"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
+        atomic.write_json(run_dir / files.WORKER, {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
                                        "hostname": socket.gethostname(), "start_step": _resume_step(run_dir),
-                                       "world_size": ray.train.get_context().get_world_size()}, run_dir / WORKER)
+                                       "world_size": ray.train.get_context().get_world_size()})
     if dist.is_available() and dist.is_initialized():
         dist.barrier()  # the other ranks read last.pt only after rank 0 restored it
     clock = Clock(_step_wall(run_dir))
@@ -368,7 +364,7 @@ def train_worker(loop_config: dict[str, Any]) -> None:
         if rank != 0:
             ray.train.report(metrics)
             return
-        checkpoints.write_json_atomic(metrics, run_dir / PROGRESS)
+        atomic.write_json(run_dir / files.PROGRESS, metrics)
         with checkpoint_dir(run_dir) as path:
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(path))
 
@@ -379,5 +375,5 @@ def train_worker(loop_config: dict[str, Any]) -> None:
 
 
 def _step_wall(run_dir: Path) -> float:
-    progress = run_dir / PROGRESS
-    return checkpoints.read_json(progress).get("wall_seconds", 0.0) if progress.is_file() else 0.0
+    progress = run_dir / files.PROGRESS
+    return files.read_json(progress).get("wall_seconds", 0.0) if progress.is_file() else 0.0
