@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sptune import config
+from sptune import config, registry
 from sptune.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,8 +31,6 @@ def test_overrides_and_stage_sections(tmp_path):
 
 
 @pytest.mark.parametrize("override, words", [
-    (["model.name=lstm"], ["model.name", "transformer"]),
-    (["task.name=nope"], ["task.name", "listops-mini"]),
     (["model.pooling=cls"], ["model.pooling", "mean"]),
     (["optim.lr=-1"], ["optim.lr", "> 0"]),
     (["optim.batch_size=abc"], ["optim.batch_size", "int"]),
@@ -45,6 +43,20 @@ def test_overrides_and_stage_sections(tmp_path):
 def test_bad_values_name_the_field(override, words):
     with pytest.raises(UserError) as err:
         config.load(None, override)
+    message = str(err.value)
+    assert "\n" not in message
+    for word in words:
+        assert word in message
+
+
+@pytest.mark.parametrize("override, words", [
+    (["model.name=lstm"], ["model.name", "transformer"]),
+    (["task.name=nope"], ["task.name", "listops-mini"]),
+])
+def test_unknown_names_fail_the_registry_check(override, words):
+    cfg = config.load(None, override)  # config is pure data: names are the registry's to check
+    with pytest.raises(UserError) as err:
+        registry.check_names(cfg)
     message = str(err.value)
     assert "\n" not in message
     for word in words:
