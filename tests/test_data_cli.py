@@ -14,9 +14,9 @@ datasets = pytest.importorskip("datasets")
 
 from sptune import data_cli  # noqa: E402
 from sptune.errors import UserError  # noqa: E402
-from sptune.tasks import bidmc, hub, listops, lra  # noqa: E402
+from sptune.tasks import bidmc, hub_tasks, listops, lra  # noqa: E402
 
-MY_TASKS = [*lra.TASKS, *hub.TASKS, *bidmc.TASKS]
+MY_TASKS = [*lra.TASKS, *hub_tasks.TASKS, *bidmc.TASKS]
 
 
 @pytest.fixture(autouse=True)
