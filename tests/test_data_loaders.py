@@ -20,6 +20,7 @@ from PIL import Image  # noqa: E402
 from sptune.errors import UserError  # noqa: E402
 from sptune.tasks import bidmc, cache, hub, hub_convert, hub_prepare, hub_tasks, listops, lra  # noqa: E402
 from sptune.tasks.base import PAD_ID  # noqa: E402
+from lra_files import write_tsv  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -39,7 +40,7 @@ def write_listops_release(root: Path, n: int = 12) -> dict[str, tuple[list[str],
         part = examples[k * n:(k + 1) * n]
         expressions = [listops.to_expression(listops.decode(ids)) for ids, _ in part]
         labels = [label for _, label in part]
-        listops.write_tsv(directory / name, expressions, labels)
+        write_tsv(directory / name, expressions, labels)
         written[split] = (expressions, labels)
     return written
 

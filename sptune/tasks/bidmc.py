@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from sptune import atomic
 from sptune.errors import UserError
 from sptune.tasks import cache
 from sptune.tasks.base import Split, Task
@@ -198,7 +199,7 @@ def prepare_bidmc(task: Task, source: Path, data_dir: Path) -> None:
         x_train, y_train = read_ts(found[f"BIDMC32{target}_TRAIN.ts"])
         x_test, y_test = read_ts(found[f"BIDMC32{target}_TEST.ts"])
     splits = reshuffle_split(x_train, y_train, x_test, y_test)
-    with cache.staged_dir(data_dir) as tmp:
+    with atomic.replacing_dir(data_dir) as tmp:
         for split, (x_name, y_name) in SPLIT_FILES.items():
             x, y = splits[split]
             np.save(tmp / x_name, x)

@@ -139,24 +139,6 @@ def holdout(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]
 
 
 @contextmanager
-def staged_dir(dest: Path) -> Iterator[Path]:
-    """A temporary directory next to `dest` that replaces `dest` when the block succeeds."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}."))
-    try:
-        yield tmp
-        if dest.exists():
-            old = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.old."))
-            os.replace(dest, old / dest.name)
-            os.replace(tmp, dest)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-@contextmanager
 def unpacked(source: Path, scratch: Path, wanted: Callable[[str], bool] | None = None) -> Iterator[Path]:
     """A directory holding `source`'s files: `source` itself if it is a directory, else the
     archive (tar in any compression, or zip) extracted into a temporary directory under `scratch`.

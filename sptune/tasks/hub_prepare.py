@@ -10,6 +10,7 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from sptune import atomic
 from sptune.errors import UserError
 from sptune.tasks import cache
 from sptune.tasks.base import Task
@@ -129,7 +130,7 @@ def prepare_hub_task(task: Task, source: Path, data_dir: Path) -> None:
     scratch = Path(tempfile.mkdtemp(dir=data_dir.parent, prefix=".prepare-"))
     try:
         with _source_dataset(task, source, scratch) as dd:
-            with cache.staged_dir(data_dir) as tmp:
+            with atomic.replacing_dir(data_dir) as tmp:
                 _keep(task, dd).save_to_disk(str(tmp))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -31,6 +31,7 @@ from typing import Iterable, Sequence
 
 import torch
 
+from sptune import atomic
 from sptune.errors import UserError
 from sptune.tasks.base import PAD_ID, SPECIAL_TOKENS, Split, Task
 
@@ -202,14 +203,6 @@ def label_of(expression: str) -> int:
     return result
 
 
-def write_tsv(path: str | os.PathLike, expressions: Sequence[str], labels: Sequence[int]) -> None:
-    """Write the official LRA TSV: header `Source<TAB>Target`, csv's default line endings."""
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f, delimiter="\t")
-        writer.writerow(["Source", "Target"])
-        writer.writerows(zip(expressions, labels))
-
-
 def read_tsv(path: str | os.PathLike) -> tuple[list[str], list[int]]:
     """Read an official LRA ListOps TSV (e.g. basic_train.tsv): expressions and labels."""
     with open(path, newline="") as f:
@@ -262,19 +255,6 @@ def _generate_splits(task: Task) -> dict[str, torch.Tensor]:
     return arrays
 
 
-def _save_atomically(arrays: dict[str, torch.Tensor], path: Path) -> None:
-    """Write to a temporary file in the same directory, then rename: a crash or a concurrent
-    run never leaves a truncated cache behind."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # per process: concurrent writers don't collide
-    try:
-        torch.save(arrays, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def _pad(tokens: torch.Tensor, lengths: torch.Tensor, seq_len: int) -> torch.Tensor:
     """(N, seq_len) int64 with each sequence left-aligned and PAD_ID after it."""
     inputs = torch.full((lengths.shape[0], seq_len), PAD_ID, dtype=torch.int64)
@@ -296,7 +276,7 @@ def load_listops(task: Task, data_dir: Path, seed: int) -> dict[str, Split]:
         arrays = torch.load(path, weights_only=True)
     else:
         arrays = _generate_splits(task)
-        _save_atomically(arrays, path)
+        atomic.write_torch(path, arrays)
     return {
         split: Split(
             inputs=_pad(arrays[f"{split}/tokens"], arrays[f"{split}/lengths"], task.seq_len),

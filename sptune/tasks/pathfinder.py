@@ -32,7 +32,6 @@ thousand examples only very short paths are learnable by a small model: a tiny C
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import math
 import os
@@ -411,9 +410,7 @@ def load_generated(task: Task, data_dir: Path, seed: int) -> dict[str, Split]:
     else:
         images, labels = generate(sum(sizes), x["resolution"], x["seed"], x["contour_length"])
         data = {"pixels": torch.from_numpy(images.reshape(len(images), -1)), "labels": torch.from_numpy(labels)}
-        buffer = io.BytesIO()
-        torch.save(data, buffer)
-        atomic.write_bytes(path, buffer.getvalue())
+        atomic.write_torch(path, data)
     pixels = data["pixels"].long()
     levels = x.get("levels", 256)
     if levels != 256:  # fewer gray levels: token = round(v * (levels - 1) / 255)

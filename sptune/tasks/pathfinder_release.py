@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from sptune import atomic
 from sptune.errors import UserError
 from sptune.tasks import cache
 from sptune.tasks.base import Split, Task
@@ -129,7 +130,7 @@ def prepare_release(task: Task, source: Path, data_dir: Path) -> None:
             raise UserError(f"--from {source}: no pathfinder{resolution}/{LRA_DIFFICULTY}/metadata inside; pass "
                             f"lra_release.gz from https://github.com/google-research/long-range-arena or its "
                             f"unpacked directory")
-        with cache.staged_dir(data_dir / LRA_DIFFICULTY) as staged:
+        with atomic.replacing_dir(data_dir / LRA_DIFFICULTY) as staged:
             shutil.copytree(found, staged, dirs_exist_ok=True)
 
 
