@@ -68,3 +68,27 @@ def test_dump_round_trip(tmp_path):
     config.dump(cfg, tmp_path / "config.yaml")
     again = config.load(tmp_path / "config.yaml")
     assert again == cfg
+
+
+@pytest.mark.parametrize("override, words", [
+    ("model.name=lstm", ["unknown model 'lstm' (model.name)", "transformer"]),
+    ("task.name=nope", ["unknown task 'nope' (task.name)", "listops-mini"]),
+])
+def test_a_study_checks_names_before_any_work(override, words, tmp_path, capsys):
+    from sptune.cli import main
+
+    config_path = ROOT / "configs" / "listops_mini_transformer.yaml"
+    assert main(["study", str(config_path), override, "--dir", str(tmp_path / "study")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    for word in words:
+        assert word in err
+    assert not (tmp_path / "study").exists()
+
+
+def test_a_searched_name_must_be_registered():
+    from sptune.tune.search import check_value
+
+    with pytest.raises(UserError, match="unknown model 'lstm'"):
+        check_value("search space", "model.name", "lstm")
+    check_value("search space", "model.name", "s4")  # a registered one passes
