@@ -239,8 +239,8 @@ def read_yaml(path: Path, what: str, fix: str) -> Any:
 
 
 def validate(cfg: Config) -> None:
-    """Check every field's type-free rules (choices, ranges, combinations). Task and model names are
-    the registry's to check (sptune.registry.check_names): config is pure data and imports no code."""
+    """Check the fields' allowed values, ranges and combinations. Task and model names are the
+    registry's to check (sptune.registry.check_names): config is pure data and imports no task or model code."""
     for path, allowed in CHOICES.items():
         section, name = path.split(".")
         value = getattr(getattr(cfg, section), name)
