@@ -103,8 +103,7 @@ def generate(num_examples: int, *, min_length: int, max_length: int, max_depth: 
     """Sample `num_examples` distinct ListOps trees with min_length < tokens < max_length.
 
     Returns (token ids, label) pairs; the ids are a `bytes` (every id is < 256), which is compact
-    and hashable for deduplication. `decode` turns them into tokens, `to_expression` into the
-    official written form. Deterministic given the arguments.
+    and hashable for deduplication; `decode` turns them into tokens. Deterministic given the arguments.
     """
     if not 0 <= min_length < max_length - 1:
         raise UserError(f"listops: need 0 <= min_length < max_length - 1, got {min_length}, {max_length}")
@@ -139,27 +138,6 @@ def encode(tokens: Iterable[str]) -> list[int]:
 
 def decode(ids: Iterable[int]) -> list[str]:
     return [VOCAB[i] for i in ids]
-
-
-def to_expression(tokens: Sequence[str]) -> str:
-    """The official written form of a tree given as tokens in prefix order.
-
-    The official code nests an operator with k arguments as (((op, a1), a2), ..., ak), "]") and
-    prints each pair as `( left right )`, so the operator is preceded by k + 1 open parentheses
-    and every argument and the closing `]` are followed by `)`.
-    """
-    stack: list[tuple[str, list[str]]] = []  # open operators with their written arguments
-    for token in tokens:
-        if token in OPERATORS:
-            stack.append((token, []))
-            continue
-        if token == END:
-            op, args = stack.pop()
-            token = "( " * (len(args) + 1) + op + "".join(f" {a} )" for a in args) + " ] )"
-        if not stack:
-            return token
-        stack[-1][1].append(token)
-    raise ValueError("incomplete ListOps expression")
 
 
 def label_of(expression: str) -> int:
