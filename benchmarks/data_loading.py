@@ -139,11 +139,11 @@ def main() -> None:
         os.environ["SPTUNE_DATA"], os.environ["SPTUNE_CACHE"] = f"{tmp}/data", f"{tmp}/cache"
         os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        from sptune.tasks import bidmc, hub, lra
+        from sptune.tasks import bidmc, hub_tasks, lra
 
         write_fixtures(Path(tmp) / "data", args.scale)
         print(f"{'task':<10} {'N train':>8} {'build s':>8} {'reload s':>8} {'loader/s':>10} {'trainer/s':>10} {'ratio':>8}")
-        for task in (hub.TEXT, lra.RETRIEVAL, hub.IMAGE, bidmc.TASKS[0]):
+        for task in (hub_tasks.TEXT, lra.RETRIEVAL, hub_tasks.IMAGE, bidmc.TASKS[0]):
             start = time.perf_counter()
             task.load()
             build = time.perf_counter() - start

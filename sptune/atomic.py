@@ -44,6 +44,34 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
     write_text(path, json.dumps(obj, indent=2, sort_keys=True))
 
 
+def write_torch(path: str | os.PathLike, obj: Any) -> None:
+    """torch.save, atomically (for caches a crash or a concurrent run must never leave truncated)."""
+    import torch  # here, not at the top: config and the CLI import this module and need no torch
+
+    with replacing(path) as tmp:
+        torch.save(obj, tmp)
+
+
+@contextmanager
+def replacing_dir(dest: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary directory next to `dest`; on success it replaces `dest` (the old copy, if
+    any, is moved aside first and deleted after), on failure it is removed."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}."))
+    try:
+        yield tmp
+        if dest.exists():
+            old = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.old."))
+            os.replace(dest, old / dest.name)
+            os.replace(tmp, dest)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def copy_file(source: str | os.PathLike, dest: str | os.PathLike) -> None:
     with replacing(dest) as tmp:
         shutil.copyfile(source, tmp)

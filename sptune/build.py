@@ -6,12 +6,12 @@ from torch import nn
 
 from sptune.config import Config
 from sptune.models.backbone import Backbone, Encoder, PooledHead, PretrainHead, RetrievalHead, SequenceModel
-from sptune.registry import MODELS
+from sptune.registry import MODELS, check_names
 from sptune.tasks.base import Task
 
 
 def build_backbone(cfg: Config, task: Task, mask_channel: bool) -> Backbone:
-    m = cfg.model
+    m = check_names(cfg).model
     encoder = Encoder(m.d_model, vocab_size=task.vocab_size if task.input_kind == "tokens" else 0,
                       channels=task.channels, mask_channel=mask_channel)
     positions = None

@@ -21,9 +21,9 @@ from sptune.errors import UserError
 
 
 def _config(args: argparse.Namespace, stage: str):
-    from sptune import config
+    from sptune import config, registry
 
-    return config.load(args.config, args.overrides, stage=stage)
+    return registry.check_names(config.load(args.config, args.overrides, stage=stage))
 
 
 def _print_result(result: dict[str, Any]) -> None:

@@ -243,12 +243,8 @@ def read_yaml(path: Path, what: str, fix: str) -> Any:
 
 
 def validate(cfg: Config) -> None:
-    from sptune.registry import MODELS, TASKS  # late import: registry imports the model code
-
-    if cfg.task.name not in TASKS:
-        raise UserError(f"unknown task '{cfg.task.name}' (task.name); choose one of: {', '.join(sorted(TASKS))}")
-    if cfg.model.name not in MODELS:
-        raise UserError(f"unknown model '{cfg.model.name}' (model.name); choose one of: {', '.join(sorted(MODELS))}")
+    """Check the fields' allowed values, ranges and combinations. Task and model names are the
+    registry's to check (sptune.registry.check_names): config is pure data and imports no task or model code."""
     for path, allowed in CHOICES.items():
         section, name = path.split(".")
         value = getattr(getattr(cfg, section), name)

@@ -21,10 +21,9 @@ def _registry() -> dict[str, Task]:
 
 
 def _get(name: str) -> Task:
-    tasks = _registry()
-    if name not in tasks:
-        raise UserError(f"unknown task '{name}'; choose one of: {', '.join(sorted(tasks))}")
-    return tasks[name]
+    from sptune.registry import get_task  # lazy, as in _registry
+
+    return get_task(name)
 
 
 def _location(task: Task) -> Path:

@@ -11,13 +11,15 @@ from typing import Callable
 
 from torch import nn
 
-from sptune.config import ModelConfig
-from sptune.tasks import bidmc, hub, listops, lra, pathfinder, shapes
+from sptune.config import Config, ModelConfig
+from sptune.errors import UserError
+from sptune.tasks import bidmc, hub_tasks, listops, lra, pathfinder, pathfinder_release, shapes
 from sptune.tasks.base import Task
 
 TASKS: dict[str, Task] = {
     t.name: t
-    for t in [listops.LISTOPS, listops.LISTOPS_MINI, *lra.TASKS, *hub.TASKS, *bidmc.TASKS, *pathfinder.TASKS, *shapes.TASKS]
+    for t in [listops.LISTOPS, listops.LISTOPS_MINI, *lra.TASKS, *hub_tasks.TASKS, *bidmc.TASKS, *pathfinder.TASKS,
+              *pathfinder_release.TASKS, *shapes.TASKS]
 }
 
 
@@ -57,9 +59,20 @@ MODELS: dict[str, Callable[[ModelConfig, bool], nn.Module]] = {
 }
 
 
-def get_task(name: str) -> Task:
-    from sptune.errors import UserError
+def _check_name(kind: str, name: str, table: dict[str, object], field: str | None = None) -> None:
+    if name not in table:
+        where = f" ({field})" if field else ""
+        raise UserError(f"unknown {kind} '{name}'{where}; choose one of: {', '.join(sorted(table))}")
 
-    if name not in TASKS:
-        raise UserError(f"unknown task '{name}'; choose one of: {', '.join(sorted(TASKS))}")
+
+def get_task(name: str) -> Task:
+    _check_name("task", name, TASKS)
     return TASKS[name]
+
+
+def check_names(cfg: Config) -> Config:
+    """The config's task and model name each a registered one, or a one-line UserError naming the field
+    and the choices. Every entry point that runs a config calls this right after loading it."""
+    _check_name("task", cfg.task.name, TASKS, "task.name")
+    _check_name("model", cfg.model.name, MODELS, "model.name")
+    return cfg

@@ -36,7 +36,7 @@ from sptune.data import (Prefetcher, batch, eval_batches, example_draw, step_dra
 from sptune.errors import UserError
 from sptune.models.backbone import SequenceModel, drop_mask_channel
 from sptune.objectives import Denoising, MaskDraw, Metric, causal_denoising, denoising_loss, masked_denoising
-from sptune.registry import get_task
+from sptune.registry import check_names, get_task
 from sptune.tasks.base import Split, Task
 
 log = logging.getLogger("sptune.train")
@@ -167,7 +167,7 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
     #    or nothing; it is claimed after step 5, so an unusable checkpoint leaves it as it was), seed,
     #    device. Under DDP (Ray Train with several workers) every rank trains on its shard of each
     #    batch; rank 0 writes the files.
-    task = get_task(cfg.task.name)
+    task = get_task(check_names(cfg).task.name)
     cfg, fp = identify(cfg, stage, init_from)
     run_dir = Path(run_dir) if run_dir else run_dir_of(cfg, stage, fp)
     if not restart:

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sptune import config
+from sptune import config, registry
 from sptune.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,8 +31,6 @@ def test_overrides_and_stage_sections(tmp_path):
 
 
 @pytest.mark.parametrize("override, words", [
-    (["model.name=lstm"], ["model.name", "transformer"]),
-    (["task.name=nope"], ["task.name", "listops-mini"]),
     (["model.pooling=cls"], ["model.pooling", "mean"]),
     (["optim.lr=-1"], ["optim.lr", "> 0"]),
     (["optim.batch_size=abc"], ["optim.batch_size", "int"]),
@@ -54,8 +52,46 @@ def test_bad_values_name_the_field(override, words):
         assert word in message
 
 
+@pytest.mark.parametrize("override, words", [
+    (["model.name=lstm"], ["model.name", "transformer"]),
+    (["task.name=nope"], ["task.name", "listops-mini"]),
+])
+def test_unknown_names_fail_the_registry_check(override, words):
+    cfg = config.load(None, override)  # config is pure data: names are the registry's to check
+    with pytest.raises(UserError) as err:
+        registry.check_names(cfg)
+    message = str(err.value)
+    assert "\n" not in message
+    for word in words:
+        assert word in message
+
+
 def test_dump_round_trip(tmp_path):
     cfg = config.load(None, ["model.name=s4", "optim.lr=3e-4", "optim.betas=[0.9, 0.98]"])
     config.dump(cfg, tmp_path / "config.yaml")
     again = config.load(tmp_path / "config.yaml")
     assert again == cfg
+
+
+@pytest.mark.parametrize("override, words", [
+    ("model.name=lstm", ["unknown model 'lstm' (model.name)", "transformer"]),
+    ("task.name=nope", ["unknown task 'nope' (task.name)", "listops-mini"]),
+])
+def test_a_study_checks_names_before_any_work(override, words, tmp_path, capsys):
+    from sptune.cli import main
+
+    config_path = ROOT / "configs" / "listops_mini_transformer.yaml"
+    assert main(["study", str(config_path), override, "--dir", str(tmp_path / "study")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    for word in words:
+        assert word in err
+    assert not (tmp_path / "study").exists()
+
+
+def test_a_searched_name_must_be_registered():
+    from sptune.tune.search import check_value
+
+    with pytest.raises(UserError, match="unknown model 'lstm'"):
+        check_value("search space", "model.name", "lstm")
+    check_value("search space", "model.name", "s4")  # a registered one passes

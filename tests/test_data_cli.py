@@ -14,9 +14,10 @@ datasets = pytest.importorskip("datasets")
 
 from sptune import data_cli  # noqa: E402
 from sptune.errors import UserError  # noqa: E402
-from sptune.tasks import bidmc, hub, listops, lra  # noqa: E402
+from sptune.tasks import bidmc, hub_tasks, listops, lra  # noqa: E402
+from lra_files import to_expression, write_tsv  # noqa: E402
 
-MY_TASKS = [*lra.TASKS, *hub.TASKS, *bidmc.TASKS]
+MY_TASKS = [*lra.TASKS, *hub_tasks.TASKS, *bidmc.TASKS]
 
 
 @pytest.fixture(autouse=True)
@@ -40,7 +41,7 @@ def write_listops_tsvs(directory: Path) -> None:
     examples = listops.generate(15, min_length=5, max_length=60, seed=5)
     for k, name in enumerate(lra.LISTOPS_FILES.values()):
         part = examples[5 * k:5 * k + 5]
-        listops.write_tsv(directory / name, [listops.to_expression(listops.decode(ids)) for ids, _ in part],
+        write_tsv(directory / name, [to_expression(listops.decode(ids)) for ids, _ in part],
                           [label for _, label in part])
 
 

@@ -18,8 +18,9 @@ datasets = pytest.importorskip("datasets")
 from PIL import Image  # noqa: E402
 
 from sptune.errors import UserError  # noqa: E402
-from sptune.tasks import bidmc, cache, hub, listops, lra  # noqa: E402
+from sptune.tasks import bidmc, cache, hub, hub_convert, hub_prepare, hub_tasks, listops, lra  # noqa: E402
 from sptune.tasks.base import PAD_ID  # noqa: E402
+from lra_files import to_expression, write_tsv  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -37,9 +38,9 @@ def write_listops_release(root: Path, n: int = 12) -> dict[str, tuple[list[str],
     written = {}
     for k, (split, name) in enumerate(lra.LISTOPS_FILES.items()):
         part = examples[k * n:(k + 1) * n]
-        expressions = [listops.to_expression(listops.decode(ids)) for ids, _ in part]
+        expressions = [to_expression(listops.decode(ids)) for ids, _ in part]
         labels = [label for _, label in part]
-        listops.write_tsv(directory / name, expressions, labels)
+        write_tsv(directory / name, expressions, labels)
         written[split] = (expressions, labels)
     return written
 
@@ -193,7 +194,7 @@ def test_cache_entries_are_memory_mapped_and_rebuilt_when_damaged(roots):
 def test_text_reads_a_save_to_disk_copy(roots):
     train = [f"review {i} caf\u00e9" for i in range(19)] + ["x" * 5000]
     save_imdb(roots / "data", {"train": train, "test": ["good", "bad", "ok"]})
-    splits = hub.TEXT.load()
+    splits = hub_tasks.TEXT.load()
     assert [len(splits[s]) for s in ("train", "val", "test")] == [18, 2, 3]  # 10 % of train held out
     decoded = set()
     for name in ("train", "val"):
@@ -202,7 +203,7 @@ def test_text_reads_a_save_to_disk_copy(roots):
         for row, length in zip(s.inputs, s.lengths):
             decoded.add(bytes((row[:length] - 3).tolist()).decode())
     assert decoded == {t[:4096] for t in train}
-    assert int(splits["test"].inputs.max()) < hub.TEXT.vocab_size == 259
+    assert int(splits["test"].inputs.max()) < hub_tasks.TEXT.vocab_size == 259
 
 
 def test_text_prepare_from_the_aclimdb_archive(roots):
@@ -215,9 +216,9 @@ def test_text_prepare_from_the_aclimdb_archive(roots):
     archive = roots / "src" / "aclImdb_v1.tar.gz"
     with tarfile.open(archive, "w:gz") as t:
         t.add(src, arcname="aclImdb")
-    hub.prepare_hub_task(hub.TEXT, archive, hub.TEXT.data_dir())
-    assert hub.verify_hub_task(hub.TEXT, hub.TEXT.data_dir()) == []
-    splits = hub.TEXT.load()
+    hub_prepare.prepare_hub_task(hub_tasks.TEXT, archive, hub_tasks.TEXT.data_dir())
+    assert hub.verify_hub_task(hub_tasks.TEXT, hub_tasks.TEXT.data_dir()) == []
+    splits = hub_tasks.TEXT.load()
     assert len(splits["train"]) + len(splits["val"]) == 10 and len(splits["test"]) == 10
     test = splits["test"]
     texts = [bytes((r[:n] - 3).tolist()).decode() for r, n in zip(test.inputs, test.lengths)]
@@ -226,7 +227,7 @@ def test_text_prepare_from_the_aclimdb_archive(roots):
 
 def test_image_and_scifar_are_normalised_pixel_sequences(roots):
     pixels = save_cifar(roots / "data")
-    gray, rgb = hub.IMAGE.load(), hub.SCIFAR.load()
+    gray, rgb = hub_tasks.IMAGE.load(), hub_tasks.SCIFAR.load()
     assert [len(gray[s]) for s in ("train", "val", "test")] == [18, 2, 5]
     assert gray["test"].inputs.shape == (5, 1024, 1) and rgb["test"].inputs.shape == (5, 1024, 3)
     assert gray["test"].inputs.dtype == rgb["test"].inputs.dtype == torch.float32
@@ -248,8 +249,8 @@ def test_cifar_prepare_from_the_python_batches(roots):
     archive = roots / "src" / "cifar-10-python.tar.gz"
     with tarfile.open(archive, "w:gz") as t:
         t.add(src, arcname="cifar-10-batches-py")
-    hub.prepare_hub_task(hub.SCIFAR, archive, hub.SCIFAR.data_dir())
-    splits = hub.SCIFAR.load()
+    hub_prepare.prepare_hub_task(hub_tasks.SCIFAR, archive, hub_tasks.SCIFAR.data_dir())
+    splits = hub_tasks.SCIFAR.load()
     assert len(splits["train"]) + len(splits["val"]) == 10 and len(splits["test"]) == 3
     with open(src / "test_batch", "rb") as f:
         row = pickle.load(f)[b"data"][0]
@@ -266,9 +267,9 @@ def test_speech_commands_from_the_release_uses_the_official_lists(roots):
             (base / word / f"spk{i}_nohash_0.wav").write_bytes(wav_bytes(np.full(length, 1000 * (k + 1) + i)))
     (base / "validation_list.txt").write_text("yes/spk0_nohash_0.wav\nzero/spk0_nohash_0.wav\n")
     (base / "testing_list.txt").write_text("yes/spk1_nohash_0.wav\n")
-    hub.prepare_hub_task(hub.SPEECH_COMMANDS, base, hub.SPEECH_COMMANDS.data_dir())
-    splits = hub.SPEECH_COMMANDS.load()
-    yes, zero = hub.SC_CLASSES.index("yes"), hub.SC_CLASSES.index("zero")
+    hub_prepare.prepare_hub_task(hub_tasks.SPEECH_COMMANDS, base, hub_tasks.SPEECH_COMMANDS.data_dir())
+    splits = hub_tasks.SPEECH_COMMANDS.load()
+    yes, zero = hub_convert.SC_CLASSES.index("yes"), hub_convert.SC_CLASSES.index("zero")
     assert sorted(splits["train"].targets.tolist()) == sorted([yes, yes, zero, zero, zero])
     assert sorted(splits["val"].targets.tolist()) == sorted([yes, zero])
     assert splits["test"].targets.tolist() == [yes]  # background noise is not one of the 35 words
@@ -287,14 +288,14 @@ def test_speech_commands_hub_layout_maps_labels_by_word(roots):
              "label": [0, 1, 2, 4, 4]}
     split = datasets.Dataset.from_dict(clips, features=features).cast_column("audio", datasets.Audio(sampling_rate=16000))
     datasets.DatasetDict(train=split, validation=split, test=split).save_to_disk(str(roots / "data" / "speech_commands"))
-    splits = hub.SPEECH_COMMANDS.load()
-    assert splits["test"].targets.tolist() == [hub.SC_CLASSES.index(w) for w in ("yes", "no", "backward")]
+    splits = hub_tasks.SPEECH_COMMANDS.load()
+    assert splits["test"].targets.tolist() == [hub_convert.SC_CLASSES.index(w) for w in ("yes", "no", "backward")]
 
 
 def test_hub_task_offline_without_data_fails_fast_with_the_fix():
     start = time.monotonic()
     with pytest.raises(UserError, match=r"sptune data prepare text --from"):
-        hub.TEXT.load()
+        hub_tasks.TEXT.load()
     assert time.monotonic() - start < 5
 
 
@@ -307,7 +308,7 @@ def test_unreachable_hub_without_offline_flags_fails_fast(monkeypatch):
     monkeypatch.delenv("https_proxy", raising=False)
     start = time.monotonic()
     with pytest.raises(UserError, match=r"unreachable.*sptune data prepare image --from"):
-        hub.IMAGE.load()
+        hub_tasks.IMAGE.load()
     assert time.monotonic() - start < 5
     assert datasets.config.HF_HUB_OFFLINE is False  # the forced offline mode was undone
 
@@ -331,7 +332,8 @@ def test_bidmc_prepare_from_ts_and_load_normalised_targets(roots):
     assert float(train_y.min()) == -1.0 and float(train_y.max()) == 1.0
     raw = np.load(task.data_dir() / "trainy.npy")
     assert splits["val"].target_range == (raw.min(), raw.max())
-    np.testing.assert_allclose(bidmc.denormalize(train_y.double().numpy(), splits["train"].target_range), raw, atol=1e-4)
+    lo, hi = splits["train"].target_range  # back to the original units
+    np.testing.assert_allclose((train_y.double().numpy() + 1.0) * ((hi - lo) / 2.0) + lo, raw, atol=1e-4)
 
 
 def test_bidmc_reshuffle_sizes_match_s4():

@@ -17,8 +17,9 @@ from PIL import Image
 
 from sptune.errors import UserError
 from sptune.tasks import pathfinder as pf
+from sptune.tasks import pathfinder_release as pf_release
 
-TASKS = {task.name: task for task in pf.TASKS}
+TASKS = {task.name: task for task in [*pf.TASKS, *pf_release.TASKS]}
 
 
 @pytest.fixture
@@ -197,9 +198,31 @@ def test_mini_task_generates_once_then_reads_the_cache(dirs):
 # The LRA release
 # ----------------------------------------------------------------------------------------------
 
+def write_release(directory: Path, images: np.ndarray, labels: np.ndarray, contour_length: int = 14,
+                  per_batch: int = 1000) -> Path:
+    """A test fixture: images (n, s, s) uint8 in the LRA layout under `directory` (a pathfinder{s} folder).
+
+    Produces curv_contour_length_14/imgs/<b>/sample_<i>.png and metadata/<b>.npy, the latter
+    plain text like the release: `imgs/<b> sample_<i>.png <i> <label> <continuity> ...`.
+    """
+    resolution = images.shape[-1]
+    style = pf.STYLES[resolution]
+    root = Path(directory) / pf_release.LRA_DIFFICULTY
+    (root / "metadata").mkdir(parents=True, exist_ok=True)
+    for batch, first in enumerate(range(0, len(images), per_batch)):
+        (root / "imgs" / str(batch)).mkdir(parents=True, exist_ok=True)
+        lines = []
+        for i, (image, label) in enumerate(zip(images[first:first + per_batch], labels[first:first + per_batch])):
+            Image.fromarray(np.asarray(image, dtype=np.uint8)).save(root / "imgs" / str(batch) / f"sample_{i}.png")
+            lines.append(f"imgs/{batch} sample_{i}.png {i} {int(label)} {style.continuity} {contour_length} "
+                         f"{contour_length // 3} {style.dash_length} {style.dash_width} {style.gaps[0]} 1")
+        (root / "metadata" / f"{batch}.npy").write_text("\n".join(lines) + "\n")
+    return root
+
+
 def _release(data: Path, n: int, resolution: int = 32, per_batch: int = 12) -> tuple[np.ndarray, np.ndarray, Path]:
     images, labels = pf.generate(n, resolution, seed=1)
-    root = pf.write_release(data / "lra_release" / f"pathfinder{resolution}", images, labels, per_batch=per_batch)
+    root = write_release(data / "lra_release" / f"pathfinder{resolution}", images, labels, per_batch=per_batch)
     return images, labels, root
 
 
@@ -275,9 +298,9 @@ def _archive_source(tmp_path: Path) -> tuple[Path, np.ndarray]:
     """An extracted 'release' with pathfinder32 and a decoy pathfinder128."""
     source = tmp_path / "src"
     images, labels = pf.generate(6, 32, seed=2)
-    pf.write_release(source / "lra_release" / "pathfinder32", images, labels, per_batch=3)
+    write_release(source / "lra_release" / "pathfinder32", images, labels, per_batch=3)
     big, big_labels = pf.generate(2, 128, seed=2)
-    pf.write_release(source / "lra_release" / "pathfinder128", big, big_labels)
+    write_release(source / "lra_release" / "pathfinder128", big, big_labels)
     return source, images
 
 
@@ -296,14 +319,14 @@ def test_preparer_unpacks_only_this_resolution(dirs, tmp_path, kind):
     elif kind == "release folder":
         archive = source
     else:
-        archive = source / "lra_release" / "pathfinder32" / pf.LRA_DIFFICULTY
+        archive = source / "lra_release" / "pathfinder32" / pf_release.LRA_DIFFICULTY
     task = TASKS["pathfinder"]
     task.preparer(task, archive, task.data_dir())
     assert task.verifier(task, task.data_dir()) == []
-    assert sorted(p.name for p in task.data_dir().iterdir()) == [pf.LRA_DIFFICULTY]  # no leftovers
+    assert sorted(p.name for p in task.data_dir().iterdir()) == [pf_release.LRA_DIFFICULTY]  # no leftovers
     splits = task.load()
     assert sum(len(s) for s in splits.values()) == 6
-    assert sorted(p.name for p in (task.data_dir() / pf.LRA_DIFFICULTY / "metadata").iterdir()) == ["0.npy", "1.npy"]
+    assert sorted(p.name for p in (task.data_dir() / pf_release.LRA_DIFFICULTY / "metadata").iterdir()) == ["0.npy", "1.npy"]
     # Preparing again replaces the copy.
     task.preparer(task, archive, task.data_dir())
     assert task.verifier(task, task.data_dir()) == []
@@ -325,10 +348,10 @@ def test_preparer_rejects_bad_sources(dirs, tmp_path):
     with pytest.raises(UserError, match="no pathfinder32/curv_contour_length_14/metadata inside"):
         task.preparer(task, other, task.data_dir())
     only_128 = tmp_path / "src"
-    pf.write_release(only_128 / "pathfinder128", *pf.generate(1, 128))
+    write_release(only_128 / "pathfinder128", *pf.generate(1, 128))
     with pytest.raises(UserError, match="no pathfinder32"):
         task.preparer(task, only_128 / "pathfinder128", task.data_dir())
-    assert not (task.data_dir() / pf.LRA_DIFFICULTY).exists()
+    assert not (task.data_dir() / pf_release.LRA_DIFFICULTY).exists()
 
 
 # ----------------------------------------------------------------------------------------------

@@ -13,9 +13,9 @@ scikit-learn calls (random_state 0, then 1), reproduced here without scikit-lear
 
 Targets are rescaled to [-1, 1] with the train split's min and max (Appendix C.3: fine-tuning a
 pretrained model on raw labels such as HR ~ 80 fails). Each returned Split carries the constants
-as `split.target_range = (lo, hi)`; `denormalize` maps predictions back. R² needs neither: it is
-invariant under one affine map applied to both predictions and targets, so R² on the rescaled
-targets equals R² on the original scale.
+as `split.target_range = (lo, hi)`; (y + 1) * (hi - lo) / 2 + lo maps predictions back. R² needs
+neither: it is invariant under one affine map applied to both predictions and targets, so R² on the
+rescaled targets equals R² on the original scale.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import math
 from pathlib import Path
 
 import numpy as np
-import torch
 
+from sptune import atomic
 from sptune.errors import UserError
 from sptune.tasks import cache
 from sptune.tasks.base import Split, Task
@@ -38,12 +38,6 @@ SPLIT_FILES = {"train": ("trainx.npy", "trainy.npy"), "val": ("validx.npy", "val
 
 def normalize(y: np.ndarray, lo: float, hi: float) -> np.ndarray:
     return (2.0 * (y - lo) / (hi - lo) - 1.0).astype(np.float32)
-
-
-def denormalize(y: torch.Tensor | np.ndarray, target_range: tuple[float, float]):
-    """Map predictions (or targets) in [-1, 1] back to the original units."""
-    lo, hi = target_range
-    return (y + 1.0) * ((hi - lo) / 2.0) + lo
 
 
 def _fix(task: Task) -> str:
@@ -198,7 +192,7 @@ def prepare_bidmc(task: Task, source: Path, data_dir: Path) -> None:
         x_train, y_train = read_ts(found[f"BIDMC32{target}_TRAIN.ts"])
         x_test, y_test = read_ts(found[f"BIDMC32{target}_TEST.ts"])
     splits = reshuffle_split(x_train, y_train, x_test, y_test)
-    with cache.staged_dir(data_dir) as tmp:
+    with atomic.replacing_dir(data_dir) as tmp:
         for split, (x_name, y_name) in SPLIT_FILES.items():
             x, y = splits[split]
             np.save(tmp / x_name, x)

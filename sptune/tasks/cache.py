@@ -1,4 +1,5 @@
-"""Files sptune writes for real data sets: the memory-mapped array cache and atomic placement.
+"""Files sptune keeps for real data sets: the memory-mapped array cache, and unpacking the sources
+that `sptune data prepare` reads (placing the result atomically is sptune.atomic.replacing_dir).
 
 Parsing a release (tokenizing 150k document pairs, decoding 100k wav files) takes minutes, so each
 loader does it once and keeps the result as plain .npy arrays under
@@ -9,8 +10,8 @@ where <key> hashes the source files' paths, sizes and mtimes and the loader's se
 or touching a source file, or changing a setting, makes a new entry instead of reusing a stale one.
 Entries are reopened memory-mapped, so a 9 GB split costs no RAM until batches touch it.
 
-Everything here is written atomically (a temporary sibling, then a rename), so a crash or two
-concurrent runs never leave a half-written cache entry or data directory behind.
+A cache entry is written atomically (a temporary sibling directory, then a rename; a concurrent run
+that finished the same entry first wins), so a crash never leaves a half-written entry behind.
 """
 
 from __future__ import annotations
@@ -135,25 +136,7 @@ def holdout(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]
     return np.sort(order[n_out:]), np.sort(order[:n_out])
 
 
-# --- placing prepared data --------------------------------------------------------------------
-
-
-@contextmanager
-def staged_dir(dest: Path) -> Iterator[Path]:
-    """A temporary directory next to `dest` that replaces `dest` when the block succeeds."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}."))
-    try:
-        yield tmp
-        if dest.exists():
-            old = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.old."))
-            os.replace(dest, old / dest.name)
-            os.replace(tmp, dest)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+# --- reading the sources of `sptune data prepare` ---------------------------------------------
 
 
 @contextmanager

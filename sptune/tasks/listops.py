@@ -31,6 +31,7 @@ from typing import Iterable, Sequence
 
 import torch
 
+from sptune import atomic
 from sptune.errors import UserError
 from sptune.tasks.base import PAD_ID, SPECIAL_TOKENS, Split, Task
 
@@ -102,8 +103,7 @@ def generate(num_examples: int, *, min_length: int, max_length: int, max_depth: 
     """Sample `num_examples` distinct ListOps trees with min_length < tokens < max_length.
 
     Returns (token ids, label) pairs; the ids are a `bytes` (every id is < 256), which is compact
-    and hashable for deduplication. `decode` turns them into tokens, `to_expression` into the
-    official written form. Deterministic given the arguments.
+    and hashable for deduplication; `decode` turns them into tokens. Deterministic given the arguments.
     """
     if not 0 <= min_length < max_length - 1:
         raise UserError(f"listops: need 0 <= min_length < max_length - 1, got {min_length}, {max_length}")
@@ -138,27 +138,6 @@ def encode(tokens: Iterable[str]) -> list[int]:
 
 def decode(ids: Iterable[int]) -> list[str]:
     return [VOCAB[i] for i in ids]
-
-
-def to_expression(tokens: Sequence[str]) -> str:
-    """The official written form of a tree given as tokens in prefix order.
-
-    The official code nests an operator with k arguments as (((op, a1), a2), ..., ak), "]") and
-    prints each pair as `( left right )`, so the operator is preceded by k + 1 open parentheses
-    and every argument and the closing `]` are followed by `)`.
-    """
-    stack: list[tuple[str, list[str]]] = []  # open operators with their written arguments
-    for token in tokens:
-        if token in OPERATORS:
-            stack.append((token, []))
-            continue
-        if token == END:
-            op, args = stack.pop()
-            token = "( " * (len(args) + 1) + op + "".join(f" {a} )" for a in args) + " ] )"
-        if not stack:
-            return token
-        stack[-1][1].append(token)
-    raise ValueError("incomplete ListOps expression")
 
 
 def label_of(expression: str) -> int:
@@ -200,14 +179,6 @@ def label_of(expression: str) -> int:
     if result is None or depth != 0:
         raise ValueError(f"incomplete ListOps expression {expression!r}")
     return result
-
-
-def write_tsv(path: str | os.PathLike, expressions: Sequence[str], labels: Sequence[int]) -> None:
-    """Write the official LRA TSV: header `Source<TAB>Target`, csv's default line endings."""
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f, delimiter="\t")
-        writer.writerow(["Source", "Target"])
-        writer.writerows(zip(expressions, labels))
 
 
 def read_tsv(path: str | os.PathLike) -> tuple[list[str], list[int]]:
@@ -262,19 +233,6 @@ def _generate_splits(task: Task) -> dict[str, torch.Tensor]:
     return arrays
 
 
-def _save_atomically(arrays: dict[str, torch.Tensor], path: Path) -> None:
-    """Write to a temporary file in the same directory, then rename: a crash or a concurrent
-    run never leaves a truncated cache behind."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # per process: concurrent writers don't collide
-    try:
-        torch.save(arrays, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def _pad(tokens: torch.Tensor, lengths: torch.Tensor, seq_len: int) -> torch.Tensor:
     """(N, seq_len) int64 with each sequence left-aligned and PAD_ID after it."""
     inputs = torch.full((lengths.shape[0], seq_len), PAD_ID, dtype=torch.int64)
@@ -296,7 +254,7 @@ def load_listops(task: Task, data_dir: Path, seed: int) -> dict[str, Split]:
         arrays = torch.load(path, weights_only=True)
     else:
         arrays = _generate_splits(task)
-        _save_atomically(arrays, path)
+        atomic.write_torch(path, arrays)
     return {
         split: Split(
             inputs=_pad(arrays[f"{split}/tokens"], arrays[f"{split}/lengths"], task.seq_len),

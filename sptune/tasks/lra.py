@@ -11,7 +11,9 @@ Layout below the data root, as the release unpacks:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
 
@@ -94,14 +96,18 @@ def _last_line(path: Path, window: int = 1 << 20) -> bytes:
     return lines[-1] if lines else b""
 
 
+def _present(data_dir: Path, names: Iterable[str]) -> list[Path]:
+    """The files that are there and not empty: the ones whose contents are worth checking
+    (cache.missing_files reports the others)."""
+    paths = (data_dir / name for name in names)
+    return [path for path in paths if path.is_file() and path.stat().st_size > 0]
+
+
 def verify_listops_lra(task: Task, data_dir: Path) -> list[str]:
     """Each file is present, starts with the `Source<TAB>Target` header and its last row is a
     complete expression whose value is its label (a truncated file fails that)."""
     problems = cache.missing_files(data_dir, LISTOPS_FILES.values(), _fix(task))
-    for name in LISTOPS_FILES.values():
-        path = data_dir / name
-        if not path.is_file() or path.stat().st_size == 0:
-            continue
+    for path in _present(data_dir, LISTOPS_FILES.values()):
         with open(path, "rb") as f:
             header = f.readline().rstrip(b"\r\n")
         if header != b"Source\tTarget":
@@ -178,10 +184,7 @@ def verify_retrieval(task: Task, data_dir: Path) -> list[str]:
     """Each file is present, its first and last rows have the five AAN columns, and it ends
     with a newline (a download cut mid-document does not)."""
     problems = cache.missing_files(data_dir, AAN_FILES.values(), _fix(task))
-    for name in AAN_FILES.values():
-        path = data_dir / name
-        if not path.is_file() or path.stat().st_size == 0:
-            continue
+    for path in _present(data_dir, AAN_FILES.values()):
         with open(path, "rb") as f:
             first = f.readline()
             f.seek(-1, 2)
@@ -221,21 +224,17 @@ def _preparer(files: dict[str, str]):
     return prepare
 
 
-LISTOPS_LRA = Task(
+# The generated `listops` task's settings (length, vocabulary, mask ratio, ...), read from the release.
+LISTOPS_LRA = replace(
+    listops.LISTOPS,
     name="listops-lra",
-    seq_len=2000,
-    input_kind="tokens",
-    num_classes=10,
-    metric="accuracy",
-    mask_ratio=0.10,  # paper §2
-    pretrain_loss="ce",
     loader=load_listops_lra,
-    vocab_size=len(listops.VOCAB),
     data_subdir="lra_release/listops-1000",
     data_hint="put basic_{train,val,test}.tsv in <data root>/lra_release/listops-1000/: "
               "`sptune data prepare listops-lra --from lra_release.gz` (the LRA release, "
               "https://github.com/google-research/long-range-arena)",
     description="LRA ListOps from the official release files (96k/2k/2k); `listops` generates the same locally.",
+    extras={},  # the generator's settings do not apply
     verifier=verify_listops_lra,
     preparer=_preparer(LISTOPS_FILES),
 )

@@ -14,7 +14,6 @@ set, and classes cycle 0, 1, 2, 3, 0, ... so every split is balanced.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import math
 from pathlib import Path
@@ -92,9 +91,7 @@ def load_generated(task: Task, data_dir: Path, seed: int) -> dict[str, Split]:
     else:
         images, labels = generate(sum(sizes), x["seed"])
         data = {"pixels": torch.from_numpy(images.reshape(len(images), -1)), "labels": torch.from_numpy(labels)}
-        buffer = io.BytesIO()
-        torch.save(data, buffer)
-        atomic.write_bytes(path, buffer.getvalue())
+        atomic.write_torch(path, data)
     tokens = torch.div(data["pixels"].long() * (LEVELS - 1) + 127, 255, rounding_mode="floor") + TOKEN_OFFSET
     out, first = {}, 0
     for name, size in zip(("train", "val", "test"), sizes):

@@ -46,6 +46,7 @@ from sptune import atomic, files, output, results
 from sptune.config import STAGES
 from sptune.config import load as load_config
 from sptune.errors import UserError
+from sptune.registry import check_names
 from sptune.tune import failures, loggers, resources, search
 from sptune.tune.trainable import LINEAGE_KEY, PATHS, TrialSpec, choose_path, stage_trainable, trial_resources
 
@@ -87,7 +88,7 @@ def create(config_path: str, overrides: list[str], study_dir: str | Path, space_
                         f"or pass another --dir")
     # The smoke settings first: an override on the command line still wins (`--smoke optim.max_steps=40`).
     overrides = (SMOKE_OVERRIDES if options.smoke else []) + list(overrides)
-    stages = {stage: load_config(config_path, overrides, stage=stage).to_dict() for stage in STAGES}
+    stages = {stage: check_names(load_config(config_path, overrides, stage=stage)).to_dict() for stage in STAGES}
     task, model = stages["scratch"]["task"]["name"], stages["scratch"]["model"]["name"]
     space = search.load(space_path or search.default_path(task, model))
     declared = (space.task or task, space.model or model)

@@ -41,6 +41,7 @@ from ray.tune.search.optuna import OptunaSearch
 
 from sptune.config import STAGES, from_dict, read_yaml
 from sptune.errors import UserError
+from sptune.registry import check_names
 
 METRIC = "best_val"  # every trial reports its running best validation metric under this name
 MODE = "max"  # validation metrics here are accuracy / R2: higher is better
@@ -187,7 +188,7 @@ def check_value(where: str, key: str, value: Any) -> None:
     if not dot or "." in name:
         raise UserError(f"{where}.params: '{key}' must be a flattened config key section.field (e.g. optim.lr)")
     try:
-        from_dict({section: {name: value}})
+        check_names(from_dict({section: {name: value}}))
     except UserError as exc:
         raise UserError(f"{where}.params.{key}: {exc}") from None
 
