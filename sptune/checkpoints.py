@@ -14,7 +14,6 @@ from typing import Any
 
 import torch
 
-from sptune import atomic
 from sptune.errors import UserError
 
 # What to do about an unusable checkpoint when the caller knows no better.
@@ -23,11 +22,6 @@ REDO = "rerun the stage that wrote it"
 
 class UnusableCheckpoint(UserError):
     """A checkpoint file that is missing, empty, truncated, not a checkpoint, or another model's."""
-
-
-def save_atomic(obj: Any, path: Path) -> None:
-    with atomic.replacing(path) as tmp:
-        torch.save(obj, tmp)
 
 
 def load(path: Path, map_location: str | torch.device = "cpu", keys: tuple[str, ...] = (),

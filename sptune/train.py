@@ -303,11 +303,11 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
                 state.update(best_metric=val["metric"], best_loss=val["loss"], best_step=state["step"])
             if main_rank:
                 if improved:
-                    checkpoints.save_atomic({"model": model.state_dict(), "step": state["step"],
-                                             "metric": val["metric"]}, run_dir / files.BEST)
-                checkpoints.save_atomic({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                                         "scheduler": scheduler.state_dict(), "rng": torch.get_rng_state(),
-                                         "state": state}, last_path)
+                    atomic.write_torch(run_dir / files.BEST, {"model": model.state_dict(), "step": state["step"],
+                                                              "metric": val["metric"]})
+                atomic.write_torch(last_path, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                                               "scheduler": scheduler.state_dict(), "rng": torch.get_rng_state(),
+                                               "state": state})
                 for key, tag in TB_TAGS.items():
                     writer.add_scalar(tag, record[key], state["step"])
                 writer.flush()
