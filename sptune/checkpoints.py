@@ -1,8 +1,8 @@
 """Checkpoints: `last.pt` (resume) and `best.pt` (the checkpoint later stages start from), loaded safely.
 
 A checkpoint holds the model, optimizer, schedule, step, RNG state and the eval history, so a
-resumed run continues exactly where it stopped. Files are written with sptune.atomic.write_torch (temp name, then rename), so
-a killed run never leaves half a checkpoint, and loaded with weights_only=True. A checkpoint that
+resumed run continues exactly where it stopped. Files are written with sptune.atomic.write_torch (a temp
+name, then a rename), so a killed run never leaves half a checkpoint, and loaded with weights_only=True. A checkpoint that
 cannot be used (empty, truncated, not a checkpoint, another model's) is a one-line UserError that
 names the file and what to do.
 """
