@@ -44,7 +44,7 @@ def tuned(config: str, overrides: list[str], trials: int, out: Path, path: str) 
     import ray
 
     from sptune import files
-    from sptune.tune import pipeline, trainable
+    from sptune.tune import pipeline, session, trainable
 
     space = out / "space.yaml"
     seeds = {"params": {"run.seed": list(range(trials))}}
@@ -58,7 +58,7 @@ def tuned(config: str, overrides: list[str], trials: int, out: Path, path: str) 
     try:
         begin_wall = time.time()
         begin = time.perf_counter()
-        with pipeline.ray_session(Path(state["dir"])):
+        with session.ray_session(Path(state["dir"])):
             pipeline.run_phase(Path(state["dir"]), state, "scratch", trainable.stage_trainable, verbose=0)
         total = time.perf_counter() - begin
     finally:

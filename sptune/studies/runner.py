@@ -40,6 +40,7 @@ import yaml
 from sptune import atomic, files, output
 from sptune.config import STAGES, load as load_config
 from sptune.errors import UserError
+from sptune.tune.session import ray_session
 
 log = logging.getLogger("sptune.studies")
 
@@ -226,30 +227,6 @@ def tune_done(cell: Cell, cell_dir: Path) -> bool:
     return all(str(phases.get(s, "")) == "done" or str(phases.get(s, "")).startswith("skipped") for s in STAGES)
 
 
-@contextmanager
-def ray_for_study(study_dir: Path, address: str | None) -> Iterator[None]:
-    """One Ray instance for all cells (the pipeline reuses an initialized Ray). Its processes carry the
-    study's tag, as the pipeline's own session does, so a rerun first stops what a killed run left."""
-    import ray
-
-    from sptune.tune import pipeline
-
-    if ray.is_initialized():
-        yield
-        return
-    address = address or os.environ.get("RAY_ADDRESS")  # set inside `ray job submit` jobs, as the pipeline reads it
-    tag = pipeline.ray_tag(study_dir)
-    pipeline.stop_processes(pipeline.ray_processes(tag))
-    os.environ[pipeline.TAG_ENV] = tag
-    try:
-        ray.init(address=address or "local", include_dashboard=False if address is None else None,
-                 logging_level=logging.WARNING)
-        yield
-    finally:
-        ray.shutdown()
-        os.environ.pop(pipeline.TAG_ENV, None)
-
-
 # ----------------------------------------------------------------------------- the study loop
 def cell_rows(cell: Cell, cell_dir: Path) -> list[dict[str, Any]]:
     """Every trial of a cell, from whichever backend ran it (a pipeline study has study.json)."""
@@ -286,7 +263,7 @@ def run_study(study_dir: str | Path, plan: Plan, options: TuneOptions | None = N
     options = options or TuneOptions()
     failed = []
     todo = [c for c in plan.cells if not cell_done(c, study_dir / files.CELLS / c.key, plan.backend)]
-    session = ray_for_study(study_dir, options.address) if plan.backend == "tune" and todo else _nothing()
+    session = ray_session(study_dir, options.address) if plan.backend == "tune" and todo else _nothing()
     with session:
         for cell in todo:
             cell_dir = study_dir / files.CELLS / cell.key
