@@ -88,7 +88,8 @@ def _check_output(output: str) -> None:
 
 
 def _run(study_dir: Path, address: str | None, mode: str, header: list[str], retry_failed: bool = False) -> Path:
-    from sptune import output, results
+    from sptune import output
+    from sptune.tune import results
     from sptune.tune import pipeline, plots
 
     log_path = study_dir / files.STUDY_LOG
@@ -128,7 +129,7 @@ def _run_seeds(parent: Path, address: str | None, mode: str, header: list[str]) 
 def report(study_dir: str | Path) -> tuple[str, list[Path]]:
     """A study's summary table and its Optuna plots, from its run directories and journal (no training);
     rewrites results.csv."""
-    from sptune import results
+    from sptune.tune import results
     from sptune.tune import pipeline, plots
 
     study_dir = Path(pipeline.load_state(study_dir)["dir"])
@@ -148,7 +149,7 @@ def load_results(study_dir: str | Path):
     Rows come from the trials' run directories (as results.csv does), so a running study can be read."""
     import pandas as pd
 
-    from sptune import results
+    from sptune.tune import results
     from sptune.tune import pipeline
 
     state = pipeline.load_state(study_dir)
@@ -161,7 +162,7 @@ def load_results(study_dir: str | Path):
 
 
 def _columns(rows: list[dict[str, Any]]) -> list[str]:
-    from sptune import results
+    from sptune.tune import results
 
     columns = results.COLUMNS[:2] + results.param_keys(rows) + results.COLUMNS[2:]
     return columns + sorted({key for row in rows for key in row} - set(columns))

@@ -158,12 +158,12 @@ def build_parser() -> argparse.ArgumentParser:
                                 "gain with its 95%% Student-t interval")
         p.set_defaults(func=cmd_compare if name == "compare" else cmd_stage)
     from sptune import data_cli
-    from sptune.studies import cli as studies_cli
+    from sptune.experiments import cli as experiments_cli
     from sptune.tune import cli as tune_cli
 
     data_cli.register(sub)  # data list | verify | prepare
     tune_cli.register(sub)  # study | resume | results (Ray Tune)
-    studies_cli.register(sub)  # report
+    experiments_cli.register(sub)  # report (experiments, studies)
     return parser
 
 

@@ -23,8 +23,8 @@ from ray.autoscaler._private.fake_multi_node.node_provider import FAKE_HEAD_NODE
 from ray_fixtures import CONFIG, REPO, sptune_env
 from test_cluster import free_ports
 
-from sptune import files, results
-from sptune.tune import pipeline, search, session, trainable
+from sptune import files
+from sptune.tune import pipeline, results, search, session, trainable
 
 pytestmark = pytest.mark.slow
 

@@ -15,8 +15,8 @@ import pytest
 import yaml
 from ray_fixtures import CONFIG, REPO, sptune_env
 
-from sptune import files, results
-from sptune.tune import pipeline, session
+from sptune import files
+from sptune.tune import pipeline, results, session
 
 
 def test_cluster_yaml_matches_the_schema_shipped_with_ray():

@@ -16,8 +16,8 @@ import yaml
 from ray_fixtures import sptune_env
 
 from sptune.config import STAGES
-from sptune import files, results
-from sptune.tune import search, session
+from sptune import files
+from sptune.tune import results, search, session
 
 pytestmark = pytest.mark.slow
 

@@ -110,7 +110,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def _interruptible(study_dir: Path, run: Callable[[], Path]) -> int:
     """Run the study; exit 0 when every stage has a completed trial (every seed paired, for a multi-seed
     study), 1 otherwise, 130 on Ctrl-C."""
-    from sptune import results, seeds
+    from sptune import seeds
+    from sptune.tune import results
 
     try:
         study_dir = run()
@@ -127,7 +128,8 @@ def _interruptible(study_dir: Path, run: Callable[[], Path]) -> int:
 
 
 def cmd_results(args: argparse.Namespace) -> int:
-    from sptune import results, seeds
+    from sptune import seeds
+    from sptune.tune import results
 
     study_dir = Path(args.study_dir)
     if seeds.is_seeds_dir(study_dir):

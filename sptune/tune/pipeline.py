@@ -15,7 +15,7 @@ A study directory holds everything, so `sptune resume <dir>` needs nothing else:
     optuna.journal        every phase's Optuna study `<study dir name>/<phase>` (optuna-dashboard reads it)
     study.log             everything Ray, Tune and the trials printed (sptune.output)
     train/                Ray Train runs (TorchTrainer path)
-    results.csv           one row per trial (sptune.results)
+    results.csv           one row per trial (sptune.tune.results)
 
 Resume: finished phases are skipped; an interrupted phase is restored with Tuner.restore
 (resume_unfinished, resume_errored): Tune keeps its finished trials and the searcher's state, and
@@ -36,11 +36,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
-from sptune import atomic, files, output, results
+from sptune import atomic, files, output
+from sptune.tune import failures, loggers, resources, results, search
 from sptune.config import STAGES
 from sptune.config import load as load_config
 from sptune.errors import UserError
-from sptune.tune import failures, loggers, resources, search
 from sptune.tune.options import Options
 from sptune.tune.session import ray_session
 from sptune.tune.trainable import LINEAGE_KEY, PATHS, TrialSpec, choose_path, stage_trainable, trial_resources

@@ -150,8 +150,8 @@ TASK_COLUMN = {"listops": "Listops", "listops-lra": "Listops", "text": "Text", "
 
 # ----------------------------------------------------------------------------------------------------
 # Hyper-parameters: the ONE table of the paper's settings. configs/<task>_<model>.yaml and
-# search_spaces/<task>/<model>.yaml are generated from it (`python -m sptune.studies.paper_files`; a test
-# fails when a file drifts from it) and the study scripts read it through sptune.studies.settings.
+# search_spaces/<task>/<model>.yaml are generated from it (`python -m sptune.experiments.paper_files`; a test
+# fails when a file drifts from it) and the study scripts read it through sptune.experiments.settings.
 #
 # A Recipe is one model of the paper on one task: its architecture and weight decay, and per stage the
 # (lr, batch size) points to evaluate first (the first is the config's value) and the lr schedule. Sources,

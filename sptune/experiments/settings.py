@@ -1,4 +1,4 @@
-"""Config overrides of the studies: the paper's recipes (sptune.studies.paper.RECIPES) and the smoke scale.
+"""Config overrides of the studies: the paper's recipes (sptune.experiments.paper.RECIPES) and the smoke scale.
 
 A study script picks (task, recipe variant, arm) and gets here: the recipe's overrides (architecture,
 weight decay, epochs, each stage's lr schedule) and its nuisance search space (Recipe.space: the
@@ -12,7 +12,7 @@ from typing import Any
 
 from sptune.config import STAGES
 from sptune.errors import UserError
-from sptune.studies import paper
+from sptune.experiments import paper
 
 # ----------------------------------------------------------------------------- smoke scale
 # d_model 16, one layer, 15 steps per stage, 32 validation examples: every study in minutes on 2 CPU cores.
