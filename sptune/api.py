@@ -5,7 +5,8 @@
     df = sptune.load_results(study)                  # one row per trial, every stage
     sptune.load_history(df.run_dir[0])              # that trial's evals
 
-`sptune study` and `sptune resume` are run_study and resume_study with the same options. What a study
+`sptune study` and `sptune resume` are run_study and resume_study with the same options
+(sptune.tune.options: the flags of `sptune study` and of the paper-experiment scripts). What a study
 prints (`output`): "progress" (default: a bar per phase, a line per finished trial, the table),
 "verbose" (also Ray Tune's tables and every trial's output), "quiet" (the table only). Whatever the
 choice, everything Ray and the trials print goes to <study>/study.log.
@@ -40,14 +41,14 @@ def run_study(config: str | Path, overrides: Sequence[str] = (), dir: str | Path
     Raises UserError for a bad option, before any Ray work.
     """
     from sptune.tune import pipeline
+    from sptune.tune.options import Options
 
     if num_samples is not None and num_samples < 1:
         raise UserError("--num-samples must be >= 1")
     _check_output(output)
-    options = pipeline.Options(num_samples=num_samples, max_concurrent=max_concurrent, workers=workers,
-                               cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker, asha=asha,
-                               sampler=sampler, seed=seed, max_failures=max_failures, train_path=train_path,
-                               smoke=smoke, logger=logger)
+    options = Options(num_samples=num_samples, max_concurrent=max_concurrent, workers=workers,
+                      cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker, asha=asha, sampler=sampler,
+                      seed=seed, max_failures=max_failures, train_path=train_path, smoke=smoke, logger=logger)
     study_dir = Path(dir) if dir else default_dir(config, smoke, bool(seeds))
     if seeds:
         from sptune.tune import seeds as multi

@@ -4,7 +4,7 @@
     resume:  python studies/data_fractions.py                 # the same command; finished cells are skipped
     report:  sptune report runs/experiments/data_fractions
     smoke:   python studies/data_fractions.py --smoke-test    # 25 s on a 2-core CPU (measured)
-    GPUs:    add --gpus-per-trial 1 --max-concurrent <GPUs>
+    GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>
 
 Scientific axis: the training fraction {0.005, 0.01, 0.05, 0.1, 0.5, 1.0} of each task (Appendix C.1.4).
 Subsets are nested (task.train_fraction takes prefixes of one fixed permutation, sptune.data), so a

@@ -5,7 +5,7 @@
     report:  sptune report runs/experiments/kernels               # recomputes missing K_max from the checkpoints
     smoke:   python studies/kernels.py --smoke-test           # 11 s on a 2-core CPU (measured; 20 s with
                                                               # --backend tune, as the CI smoke test runs it)
-    GPUs:    add --gpus-per-trial 1 --max-concurrent <GPUs>
+    GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>
 
 Scientific axis: the kernels' decay with the lag l, pretrained S4 vs the same model at its HiPPO
 initialization, per task and layer. K_max(l) = max over channels and both directions of |K_{c,l}|

@@ -6,7 +6,7 @@
     report:  sptune report runs/experiments/lra_table             # table + plots again, no training
     smoke:   python studies/lra_table.py --smoke-test         # 40 s on a 2-core CPU (measured), plus ~40-70 s
                                                               # once per cache to generate pathfinder-mini
-    GPUs:    add --gpus-per-trial 1 --max-concurrent <GPUs>   # Tune places one trial per GPU
+    GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>   # Tune places one trial per GPU
 
 Scientific axis: architecture x initialization x objective, per task. Rows, as in the paper:
     Transformer, Tay et al. sizes, sinusoidal positions: scratch, masked SPT, causal SPT    (Table 1)
@@ -26,7 +26,7 @@ generated listops; the script prints which, and the table's notes and results.cs
 Averages as the paper computes them: mean over the row's LRA tasks, PathX-256 left out (Table 2).
 
 Smoke test: listops-mini stands in for ListOps and pathfinder-mini for Pathfinder; every row runs on
-both with a 1-layer, d_model-16 model, 15 steps per stage, no search (plain runner).
+both with a 1-layer, d_model-16 model, 15 steps per stage, no search (plain backend).
 """
 
 from __future__ import annotations

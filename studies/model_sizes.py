@@ -4,7 +4,7 @@
     resume:  python studies/model_sizes.py                    # the same command; finished cells are skipped
     report:  sptune report runs/experiments/model_sizes
     smoke:   python studies/model_sizes.py --smoke-test       # 25 s on a 2-core CPU (measured)
-    GPUs:    add --gpus-per-trial 1 --max-concurrent <GPUs>
+    GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>
 
 Scientific axis: parameter budget {100K, 300K, 1M, 3M, 10M} x model (Transformer + Rotary, S4) x
 scratch / masked SPT. Each budget is met within 10% by sptune.experiments.sizing: width (and depth when the

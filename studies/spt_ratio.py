@@ -4,7 +4,7 @@
     resume:  python studies/spt_ratio.py                      # the same command; finished cells are skipped
     report:  sptune report runs/experiments/spt_ratio
     smoke:   python studies/spt_ratio.py --smoke-test         # 35 s on a 2-core CPU (measured)
-    GPUs:    add --gpus-per-trial 1 --max-concurrent <GPUs>
+    GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>
 
 Scientific axis: the share of a fixed total budget spent on SPT, {0% (trained from scratch), 20%, 40%,
 60%}, per task (Text, Image) and model (Transformer + Rotary, S4). Seeds are an axis (default 0 1 2).
