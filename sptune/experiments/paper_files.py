@@ -6,7 +6,7 @@
 sptune.experiments.paper.RECIPES is the one copy of the paper's hyper-parameters; these files are views of it
 for `sptune study` and `sptune compare`, so a change goes into the table and the files are regenerated.
 One config and one search space per task and model name (the variant in CONFIG_VARIANTS); the other
-variants (causal SPT, random init, ...) run from the study scripts, which read the table directly. The
+variants (causal SPT, random init, ...) run from the experiment scripts, which read the table directly. The
 embedded demo task (listops-mini) keeps its hand-written files.
 """
 
