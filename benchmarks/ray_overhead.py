@@ -41,28 +41,23 @@ def plain(config: str, overrides: list[str], trials: int, out: Path) -> float:
 
 
 def tuned(config: str, overrides: list[str], trials: int, out: Path, path: str) -> tuple[float, float, list[float]]:
-    import ray
-
     from sptune import files
-    from sptune.tune import pipeline, trainable
+    from sptune.tune import pipeline, session, trainable
+    from sptune.tune.options import Options
 
     space = out / "space.yaml"
     seeds = {"params": {"run.seed": list(range(trials))}}
     space.write_text(yaml.safe_dump({"num_samples": trials, "max_concurrent": 1,
                                      "stages": {"pretrain": seeds, "finetune": seeds, "scratch": seeds}}))
-    state = pipeline.create(config, overrides, out / "study", str(space),
-                            pipeline.Options(train_path=path, max_concurrent=1))
+    state = pipeline.create(config, overrides, out / "study", str(space), Options(train_path=path, max_concurrent=1))
     start = time.perf_counter()
-    ray.init(logging_level="WARNING", log_to_driver=False)
-    ray_start = time.perf_counter() - start
-    try:
+    # The session every study uses: a local Ray instance, started here so that its start is timed apart.
+    with session.ray_session(Path(state["dir"])):
+        ray_start = time.perf_counter() - start
         begin_wall = time.time()
         begin = time.perf_counter()
-        with pipeline.ray_session(Path(state["dir"])):
-            pipeline.run_phase(Path(state["dir"]), state, "scratch", trainable.stage_trainable, verbose=0)
+        pipeline.run_phase(Path(state["dir"]), state, "scratch", trainable.stage_trainable, verbose=0)
         total = time.perf_counter() - begin
-    finally:
-        ray.shutdown()
     runs = sorted((Path(state["dir"]) / "scratch").iterdir(),
                   key=lambda d: files.read_json(d / "trial.json")["attempts"][0]["started"])
     latencies, previous_end = [], begin_wall

@@ -5,7 +5,8 @@
     df = sptune.load_results(study)                  # one row per trial, every stage
     sptune.load_history(df.run_dir[0])              # that trial's evals
 
-`sptune study` and `sptune resume` are run_study and resume_study with the same options. What a study
+`sptune study` and `sptune resume` are run_study and resume_study with the same options
+(sptune.tune.options: the flags of `sptune study` and of the paper-experiment scripts). What a study
 prints (`output`): "progress" (default: a bar per phase, a line per finished trial, the table),
 "verbose" (also Ray Tune's tables and every trial's output), "quiet" (the table only). Whatever the
 choice, everything Ray and the trials print goes to <study>/study.log.
@@ -40,14 +41,14 @@ def run_study(config: str | Path, overrides: Sequence[str] = (), dir: str | Path
     Raises UserError for a bad option, before any Ray work.
     """
     from sptune.tune import pipeline
+    from sptune.tune.options import Options
 
     if num_samples is not None and num_samples < 1:
         raise UserError("--num-samples must be >= 1")
     _check_output(output)
-    options = pipeline.Options(num_samples=num_samples, max_concurrent=max_concurrent, workers=workers,
-                               cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker, asha=asha,
-                               sampler=sampler, seed=seed, max_failures=max_failures, train_path=train_path,
-                               smoke=smoke, logger=logger)
+    options = Options(num_samples=num_samples, max_concurrent=max_concurrent, workers=workers,
+                      cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker, asha=asha, sampler=sampler,
+                      seed=seed, max_failures=max_failures, train_path=train_path, smoke=smoke, logger=logger)
     study_dir = Path(dir) if dir else default_dir(config, smoke, bool(seeds))
     if seeds:
         from sptune.tune import seeds as multi
@@ -88,7 +89,8 @@ def _check_output(output: str) -> None:
 
 
 def _run(study_dir: Path, address: str | None, mode: str, header: list[str], retry_failed: bool = False) -> Path:
-    from sptune import output, results
+    from sptune import output
+    from sptune.tune import results
     from sptune.tune import pipeline, plots
 
     log_path = study_dir / files.STUDY_LOG
@@ -128,7 +130,7 @@ def _run_seeds(parent: Path, address: str | None, mode: str, header: list[str]) 
 def report(study_dir: str | Path) -> tuple[str, list[Path]]:
     """A study's summary table and its Optuna plots, from its run directories and journal (no training);
     rewrites results.csv."""
-    from sptune import results
+    from sptune.tune import results
     from sptune.tune import pipeline, plots
 
     study_dir = Path(pipeline.load_state(study_dir)["dir"])
@@ -148,7 +150,7 @@ def load_results(study_dir: str | Path):
     Rows come from the trials' run directories (as results.csv does), so a running study can be read."""
     import pandas as pd
 
-    from sptune import results
+    from sptune.tune import results
     from sptune.tune import pipeline
 
     state = pipeline.load_state(study_dir)
@@ -161,7 +163,7 @@ def load_results(study_dir: str | Path):
 
 
 def _columns(rows: list[dict[str, Any]]) -> list[str]:
-    from sptune import results
+    from sptune.tune import results
 
     columns = results.COLUMNS[:2] + results.param_keys(rows) + results.COLUMNS[2:]
     return columns + sorted({key for row in rows for key in row} - set(columns))

@@ -183,12 +183,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seconds", type=float, default=2.0, help="length of the throughput measurement")
     p.set_defaults(func=cmd_doctor)
     from sptune import data_cli
-    from sptune.studies import cli as studies_cli
+    from sptune.experiments import cli as experiments_cli
     from sptune.tune import cli as tune_cli
 
     data_cli.register(sub)  # data list | verify | prepare
     tune_cli.register(sub)  # study | resume | results (Ray Tune)
-    studies_cli.register(sub)  # report
+    experiments_cli.register(sub)  # report (experiments, studies)
     return parser
 
 

@@ -157,8 +157,8 @@ def is_seeds_dir(path: str | Path) -> bool:
 
 
 def study_pair(seed: int, study_dir: Path) -> tuple[Pair, str | None]:
-    """One seed's pair from its study directory (sptune.results: each stage's selected trial)."""
-    from sptune import results
+    """One seed's pair from its study directory (sptune.tune.results: each stage's selected trial)."""
+    from sptune.tune import results
 
     if not (study_dir / files.STUDY).is_file():
         return Pair(seed, None, None, status="not started"), None

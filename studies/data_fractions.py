@@ -2,9 +2,9 @@
 
     launch:  python studies/data_fractions.py                 # Text and Image, fractions 0.005 ... 1.0
     resume:  python studies/data_fractions.py                 # the same command; finished cells are skipped
-    report:  sptune report runs/studies/data_fractions
+    report:  sptune report runs/experiments/data_fractions
     smoke:   python studies/data_fractions.py --smoke-test    # 25 s on a 2-core CPU (measured)
-    GPUs:    add --gpus-per-trial 1 --max-concurrent <GPUs>
+    GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>
 
 Scientific axis: the training fraction {0.005, 0.01, 0.05, 0.1, 0.5, 1.0} of each task (Appendix C.1.4).
 Subsets are nested (task.train_fraction takes prefixes of one fixed permutation, sptune.data), so a
@@ -30,10 +30,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
 from sptune.config import STAGES
-from sptune.studies import paper, settings  # noqa: E402
-from sptune.studies.runner import Cell, Plan, main  # noqa: E402
+from sptune.experiments import paper, settings  # noqa: E402
+from sptune.experiments.cli import main  # noqa: E402
+from sptune.experiments.plan import Cell, Plan  # noqa: E402
 
-STUDY = "data_fractions"
+EXPERIMENT = "data_fractions"
 TASKS = ("text", "image")
 # "Until convergence" budget of finetuning and scratch: the S4 configs' full-data schedules (steps).
 CONVERGED_STEPS = {"text": 50_000, "image": 200_000}
@@ -72,7 +73,7 @@ def build(args) -> Plan:
                                      f"task.train_fraction={fraction}", f"run.seed={seed}"]),
                     space=cell_space))
     return Plan(
-        study=STUDY, title="SPT across data scales: S4 on nested training subsets (§3.4, Figure 3)",
+        experiment=EXPERIMENT, title="SPT across data scales: S4 on nested training subsets (§3.4, Figure 3)",
         axis="training fraction {0.005, 0.01, 0.05, 0.1, 0.5, 1.0} (nested subsets) x scratch / masked SPT; seeds",
         nuisance="Text scratch lr {1e-3, 5e-4} (Appendix C.1.4); nothing else",
         fixed="pretraining steps at every fraction (Text 40K, Image 10K), finetuning to convergence, lr and batch "
@@ -82,8 +83,8 @@ def build(args) -> Plan:
         notes=["gain = (SPT - scratch) / scratch, the relative gain of Figure 3 (right).",
                "The paper gives Figure 3 as a plot only; its text: " + paper.FIGURE_3_TEXT],
         commands={"launch": "python studies/data_fractions.py",
-                  "resume": "python studies/data_fractions.py (same flags)", "report": "sptune report <study dir>"})
+                  "resume": "python studies/data_fractions.py (same flags)", "report": "sptune report <experiment dir>"})
 
 
 if __name__ == "__main__":
-    sys.exit(main(STUDY, build, __doc__))
+    sys.exit(main(EXPERIMENT, build, __doc__))

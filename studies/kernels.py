@@ -2,15 +2,15 @@
 
     launch:  python studies/kernels.py                        # Image, Text, PathX, ListOps; Ray Tune + Optuna
     resume:  python studies/kernels.py                        # the same command; finished cells are skipped
-    report:  sptune report runs/studies/kernels               # recomputes missing K_max from the checkpoints
+    report:  sptune report runs/experiments/kernels               # recomputes missing K_max from the checkpoints
     smoke:   python studies/kernels.py --smoke-test           # 11 s on a 2-core CPU (measured; 20 s with
                                                               # --backend tune, as the CI smoke test runs it)
-    GPUs:    add --gpus-per-trial 1 --max-concurrent <GPUs>
+    GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>
 
 Scientific axis: the kernels' decay with the lag l, pretrained S4 vs the same model at its HiPPO
 initialization, per task and layer. K_max(l) = max over channels and both directions of |K_{c,l}|
 (Eq. 4 and footnote 3), computed from the pretraining run's best checkpoint, "before finetuning", and
-from the model rebuilt at the run's seed (sptune.studies.kernel_analysis). One plot per task, odd
+from the model rebuilt at the run's seed (sptune.experiments.kernel_analysis). One plot per task, odd
 layers only for deep models as in Figure 4; the table gives, per layer, the lag within which 90% of
 sum_l K_max(l) lies (smaller = more local). Seeds are an axis (--seeds, default 0).
 Nuisance: the pretraining lr x batch size (Appendix C.1 grid, Table 5's S4 + SPT values first),
@@ -28,10 +28,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-from sptune.studies import settings  # noqa: E402
-from sptune.studies.runner import Cell, Plan, main  # noqa: E402
+from sptune.experiments import settings  # noqa: E402
+from sptune.experiments.cli import main  # noqa: E402
+from sptune.experiments.plan import Cell, Plan  # noqa: E402
 
-STUDY = "kernels"
+EXPERIMENT = "kernels"
 TASKS = ("image", "text", "pathx", "listops")  # Figure 4's panels
 SMOKE = {"listops": "listops-mini", "pathx": "pathfinder-mini"}
 
@@ -56,7 +57,7 @@ def build(args) -> Plan:
                 overrides=tuple([f"task.name={task}", *run, "objective.kind=masked", f"run.seed={seed}"]),
                 stages=("pretrain",), space=space))
     return Plan(
-        study=STUDY, title="Data-driven vs HiPPO kernels of S4 (§3.6, Figure 4)",
+        experiment=EXPERIMENT, title="Data-driven vs HiPPO kernels of S4 (§3.6, Figure 4)",
         axis="lag l of K_max(l), per task and layer: masked-SPT S4 vs its HiPPO initialization; seeds",
         nuisance="pretraining lr x batch size (Appendix C.1 grid, Table 5 first)",
         fixed="S4 models of the S4 configs, bidirectional; masked SPT at each task's mask ratio",
@@ -66,8 +67,8 @@ def build(args) -> Plan:
                "unlike HiPPO's fixed rate; on Text they are more local than HiPPO; on PathX their peaks align "
                "with the 128-pixel rows. Figure 4 has no numbers to quote."],
         commands={"launch": "python studies/kernels.py", "resume": "python studies/kernels.py (same flags)",
-                  "report": "sptune report <study dir>"})
+                  "report": "sptune report <experiment dir>"})
 
 
 if __name__ == "__main__":
-    sys.exit(main(STUDY, build, __doc__))
+    sys.exit(main(EXPERIMENT, build, __doc__))

@@ -3,10 +3,10 @@
     launch:  python studies/lra_table.py                      # the paper's grid, Ray Tune + Optuna per stage
     resume:  python studies/lra_table.py                      # the same command: finished cells are skipped,
                                                               # unfinished ones continue from their checkpoints
-    report:  sptune report runs/studies/lra_table             # table + plots again, no training
+    report:  sptune report runs/experiments/lra_table             # table + plots again, no training
     smoke:   python studies/lra_table.py --smoke-test         # 40 s on a 2-core CPU (measured), plus ~40-70 s
                                                               # once per cache to generate pathfinder-mini
-    GPUs:    add --gpus-per-trial 1 --max-concurrent <GPUs>   # Tune places one trial per GPU
+    GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>   # Tune places one trial per GPU
 
 Scientific axis: architecture x initialization x objective, per task. Rows, as in the paper:
     Transformer, Tay et al. sizes, sinusoidal positions: scratch, masked SPT, causal SPT    (Table 1)
@@ -16,7 +16,7 @@ Scientific axis: architecture x initialization x objective, per task. Rows, as i
 Seeds are an axis (--seeds, default 0 1 2); entries are mean ± std over seeds.
 Nuisance, searched per stage with Ray Tune + Optuna (Appendix C.1): learning rate {1e-3, 5e-4, 1e-4} x
 batch size {8, 32, 128}, the paper's reported best (Tables 4, 5; S4 from scratch: Gu et al.'s own setting)
-added and tried first. Every setting comes from sptune.studies.paper.RECIPES.
+added and tried first. Every setting comes from sptune.experiments.paper.RECIPES.
 Fixed: model sizes (Table 4 for Transformers; S4/DLR: the S4 configs, Appendix C.1.2-C.1.3), weight
 decay, pooling, masking ratio (§2: 10% ListOps, 15% text, 50% visual), L1 loss for Image pretraining,
 epochs per stage (the S4 configs' epochs), each stage's lr schedule (constant after warmup for every
@@ -26,7 +26,7 @@ generated listops; the script prints which, and the table's notes and results.cs
 Averages as the paper computes them: mean over the row's LRA tasks, PathX-256 left out (Table 2).
 
 Smoke test: listops-mini stands in for ListOps and pathfinder-mini for Pathfinder; every row runs on
-both with a 1-layer, d_model-16 model, 15 steps per stage, no search (plain runner).
+both with a 1-layer, d_model-16 model, 15 steps per stage, no search (plain backend).
 """
 
 from __future__ import annotations
@@ -37,15 +37,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
 from sptune.config import STAGES
-from sptune.studies import paper, settings  # noqa: E402
-from sptune.studies.report import row_label  # noqa: E402
-from sptune.studies.runner import Cell, Plan, main  # noqa: E402
+from sptune.experiments import paper, settings  # noqa: E402
+from sptune.experiments.report import row_label  # noqa: E402
+from sptune.experiments.cli import main  # noqa: E402
+from sptune.experiments.plan import Cell, Plan  # noqa: E402
 
-STUDY = "lra_table"
+EXPERIMENT = "lra_table"
 LRA = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
 TABLE7_TASKS = ("listops", "text", "image", "pathx")
 
-# (variant key, display name, objective -> recipe variant (sptune.studies.paper.RECIPES), tasks, paper rows)
+# (variant key, display name, objective -> recipe variant (sptune.experiments.paper.RECIPES), tasks, paper rows)
 # paper rows: arm -> (table, row); the Avg. of the scratch / SPT rows comes from the same rows.
 VARIANTS = [
     ("transformer", "Transformer (sinusoidal)", {"masked": "transformer", "causal": "transformer-causal"}, LRA,
@@ -118,7 +119,7 @@ def build(args) -> Plan:
                         paper={arm: cite(t, r, paper_task) for arm, (t, r) in rows.items()
                                if arm in ("scratch", objective)}))
     return Plan(
-        study=STUDY, title="Long Range Arena: scratch vs self pretraining (Tables 1, 2, 7)",
+        experiment=EXPERIMENT, title="Long Range Arena: scratch vs self pretraining (Tables 1, 2, 7)",
         axis="architecture (Transformer sinusoidal / rotary, S4, DLR) x init (structured / random) x objective "
              "(scratch, masked SPT, causal SPT) per task; seeds",
         nuisance="lr x batch size per stage (Appendix C.1 grid, paper's best first)",
@@ -134,8 +135,8 @@ def build(args) -> Plan:
                "Transformer scratch numbers of Table 1 are Tay et al. (2020a)'s, quoted by the paper.",
                *paper.TABLE_2.notes, *paper.TABLE_7.notes],
         commands={"launch": "python studies/lra_table.py", "resume": "python studies/lra_table.py (same flags)",
-                  "report": "sptune report <study dir>"})
+                  "report": "sptune report <experiment dir>"})
 
 
 if __name__ == "__main__":
-    sys.exit(main(STUDY, build, __doc__))
+    sys.exit(main(EXPERIMENT, build, __doc__))

@@ -2,16 +2,16 @@
 
     launch:  python studies/modalities.py                     # needs the data: `sptune data list`
     resume:  python studies/modalities.py                     # the same command; finished cells are skipped
-    report:  sptune report runs/studies/modalities
+    report:  sptune report runs/experiments/modalities
     smoke:   python studies/modalities.py --smoke-test        # 20 s on a 2-core CPU (measured)
-    GPUs:    add --gpus-per-trial 1 --max-concurrent <GPUs>
+    GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>
 
 Scientific axis: task (SC causal, SC bidirectional, sCIFAR, BIDMC HR / RR / SpO2) x model (S4,
 Transformer + Rotary) x scratch / SPT. SC-Causal trains unidirectional models, pretrained with the causal
 objective (§3.7: "we pretrain with a causal denoising objective"), and its scratch baseline is
 unidirectional too; every other column is bidirectional with masked SPT. Seeds are an axis (default 0 1 2).
 Nuisance: lr x batch size per stage (Appendix C.1 grid, Tables 4 and 6 first; S4 from scratch: Gu et al.'s
-own setting first), Ray Tune + Optuna. Every setting comes from sptune.studies.paper.RECIPES.
+own setting first), Ray Tune + Optuna. Every setting comes from sptune.experiments.paper.RECIPES.
 Fixed: masking 25% for SC and BIDMC, 50% for sCIFAR (Appendix C.3); L1 pretraining loss (continuous
 inputs); Transformers of Table 4 (sCIFAR = the Image setup, C.1.6), block attention of 4000 on SC
 (C.3); S4 of the S4 configs (BIDMC: state size 256, bidirectional here as masked SPT needs); BIDMC
@@ -30,10 +30,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-from sptune.studies import paper, settings  # noqa: E402
-from sptune.studies.runner import Cell, Plan, main  # noqa: E402
+from sptune.experiments import paper, settings  # noqa: E402
+from sptune.experiments.cli import main  # noqa: E402
+from sptune.experiments.plan import Cell, Plan  # noqa: E402
 
-STUDY = "modalities"
+EXPERIMENT = "modalities"
 # Table 3 column -> (task, causal model?, embedded stand-in or None)
 COLUMNS = {
     "SC-Causal": ("speech-commands", True, "listops-mini"),
@@ -79,7 +80,7 @@ def build(args) -> Plan:
         notes.insert(0, "SMOKE TEST SUBSTITUTES: listops-mini for Speech Commands, pathfinder-mini for sCIFAR; "
                         "BIDMC (regression, R²) has no embedded stand-in and is not run.")
     return Plan(
-        study=STUDY, title="SPT on other modalities: Speech Commands, sCIFAR, BIDMC (§3.7, Table 3)",
+        experiment=EXPERIMENT, title="SPT on other modalities: Speech Commands, sCIFAR, BIDMC (§3.7, Table 3)",
         axis="task (SC causal / bidirectional, sCIFAR, BIDMC HR / RR / SpO2) x model (S4, Transformer + Rotary) x "
              "scratch / SPT; seeds",
         nuisance="lr x batch size per stage (Appendix C.1 grid, Tables 4 and 6 first)",
@@ -89,8 +90,8 @@ def build(args) -> Plan:
                 "plot_title": "scratch (solid), masked SPT (hatched), causal SPT (dotted)"},
         cells=cells, notes=notes,
         commands={"launch": "python studies/modalities.py", "resume": "python studies/modalities.py (same flags)",
-                  "report": "sptune report <study dir>"})
+                  "report": "sptune report <experiment dir>"})
 
 
 if __name__ == "__main__":
-    sys.exit(main(STUDY, build, __doc__))
+    sys.exit(main(EXPERIMENT, build, __doc__))

@@ -2,16 +2,16 @@
 
     launch:  python studies/model_sizes.py                    # 100K ... 10M parameters, Ray Tune + Optuna
     resume:  python studies/model_sizes.py                    # the same command; finished cells are skipped
-    report:  sptune report runs/studies/model_sizes
+    report:  sptune report runs/experiments/model_sizes
     smoke:   python studies/model_sizes.py --smoke-test       # 25 s on a 2-core CPU (measured)
-    GPUs:    add --gpus-per-trial 1 --max-concurrent <GPUs>
+    GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>
 
 Scientific axis: parameter budget {100K, 300K, 1M, 3M, 10M} x model (Transformer + Rotary, S4) x
-scratch / masked SPT. Each budget is met within 10% by sptune.studies.sizing: width (and depth when the
+scratch / masked SPT. Each budget is met within 10% by sptune.experiments.sizing: width (and depth when the
 paper's depth 6 cannot land inside the tolerance) of the Image models of Tables 4 and 2, counted on the
 task model the trainer builds. Seeds are an axis (--seeds, default 0 1 2).
 Nuisance: lr x batch size per stage, searched with Ray Tune + Optuna over the Image recipes' grids
-(sptune.studies.paper.RECIPES: Appendix C.1 grid, the Table 4 rotary row / Table 5 S4 values first; S4
+(sptune.experiments.paper.RECIPES: Appendix C.1 grid, the Table 4 rotary row / Table 5 S4 values first; S4
 from scratch: Gu et al.'s setting first).
 Fixed: everything of the Image models but their size (rotary positions and mean pooling for the
 Transformer, LayerNorm / dropout 0.1 for S4), 50% masking, L1 pretraining loss, S4-config epochs.
@@ -27,14 +27,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-from sptune.studies import paper, settings, sizing  # noqa: E402
-from sptune.studies.runner import Cell, Plan, main  # noqa: E402
+from sptune.experiments import paper, settings, sizing  # noqa: E402
+from sptune.experiments.cli import main  # noqa: E402
+from sptune.experiments.plan import Cell, Plan  # noqa: E402
 
-STUDY = "model_sizes"
+EXPERIMENT = "model_sizes"
 SMOKE_BUDGETS = (5_000, 10_000, 20_000)
 SMOKE_TASK = "listops-mini"  # the cheapest embedded task: this smoke test runs 12 cells
 DEPTHS = (6, 4, 8, 5, 7, 3, 2)  # the paper's Image depth first (Tables 4 and S4 configs: 6 layers)
-MODELS = [  # (Image recipe variant (sptune.studies.paper.RECIPES), display name, arm -> Table 9 row)
+MODELS = [  # (Image recipe variant (sptune.experiments.paper.RECIPES), display name, arm -> Table 9 row)
     ("rotary", "Transformer + Rotary", {"scratch": "Transformer+Rotary", "masked": "Transformer+Rotary + Masked SPT"}),
     ("s4", "S4", {"scratch": "S4", "masked": "S4 + Masked SPT"}),
 ]
@@ -66,7 +67,7 @@ def build(args) -> Plan:
                     space=settings.smoke_space() if args.smoke_test else recipe.space(),
                     paper={arm: paper.TABLE_9.cite(row, size_label(paper_size)) for arm, row in rows.items()}))
     return Plan(
-        study=STUDY, title="SPT across model sizes on Image (Appendix E, Table 9)",
+        experiment=EXPERIMENT, title="SPT across model sizes on Image (Appendix E, Table 9)",
         axis="parameter budget (within 10%) x model (Transformer + Rotary, S4) x scratch / masked SPT; seeds",
         nuisance="lr x batch size per stage (the Image recipes' grids: Table 4 rotary row / Table 5 S4 first)",
         fixed="the Image models of Table 4 / the S4 config except width and depth; mask ratio 50%, L1 loss",
@@ -78,8 +79,8 @@ def build(args) -> Plan:
                "Smoke: the paper's Image numbers are printed for orientation only (different task and sizes)."
                if args.smoke_test else "Dotted lines on the plot: the paper's Table 9 at its nominal sizes."],
         commands={"launch": "python studies/model_sizes.py", "resume": "python studies/model_sizes.py (same flags)",
-                  "report": "sptune report <study dir>"})
+                  "report": "sptune report <experiment dir>"})
 
 
 if __name__ == "__main__":
-    sys.exit(main(STUDY, build, __doc__))
+    sys.exit(main(EXPERIMENT, build, __doc__))

@@ -2,9 +2,9 @@
 
     launch:  python studies/spt_ratio.py                      # Text and Image, Transformer + Rotary and S4
     resume:  python studies/spt_ratio.py                      # the same command; finished cells are skipped
-    report:  sptune report runs/studies/spt_ratio
+    report:  sptune report runs/experiments/spt_ratio
     smoke:   python studies/spt_ratio.py --smoke-test         # 35 s on a 2-core CPU (measured)
-    GPUs:    add --gpus-per-trial 1 --max-concurrent <GPUs>
+    GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>
 
 Scientific axis: the share of a fixed total budget spent on SPT, {0% (trained from scratch), 20%, 40%,
 60%}, per task (Text, Image) and model (Transformer + Rotary, S4). Seeds are an axis (default 0 1 2).
@@ -29,10 +29,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
 from sptune.config import STAGES
-from sptune.studies import paper, settings  # noqa: E402
-from sptune.studies.runner import Cell, Plan, fixed_space, main  # noqa: E402
+from sptune.experiments import paper, settings  # noqa: E402
+from sptune.experiments.cli import main  # noqa: E402
+from sptune.experiments.plan import Cell, Plan, fixed_space  # noqa: E402
 
-STUDY = "spt_ratio"
+EXPERIMENT = "spt_ratio"
 TASKS = ("image", "text")  # Table 8's column order
 TRAIN_EXAMPLES = {"text": 22_500, "image": 45_000}  # training split after the 10% validation hold-out
 # Appendix C.1.4's finetuning batch sizes (Text 16, Image 50), one per task for both stages.
@@ -96,7 +97,7 @@ def build(args) -> Plan:
                         stages=("scratch",) if share == 0 else ("pretrain", "finetune"),
                         space=space, paper={arm: paper.TABLE_8.cite(paper_row, paper_column)}))
     return Plan(
-        study=STUDY, title="Compute-tied SPT: share of a fixed step budget spent on pretraining (Appendix D, Table 8)",
+        experiment=EXPERIMENT, title="Compute-tied SPT: share of a fixed step budget spent on pretraining (Appendix D, Table 8)",
         axis="SPT share {0, 20, 40, 60}% of a fixed step budget x task x model; seeds",
         nuisance="none searched (fixed lr per stage: Table 4 rotary rows, Appendix C.1.4)",
         fixed="total steps per task (Text 30 / Image 150 epochs' worth), one batch size for both stages, models",
@@ -106,8 +107,8 @@ def build(args) -> Plan:
         cells=cells,
         notes=["Each entry's device-seconds cover its whole budget (SPT + finetuning, or scratch)."],
         commands={"launch": "python studies/spt_ratio.py", "resume": "python studies/spt_ratio.py (same flags)",
-                  "report": "sptune report <study dir>"})
+                  "report": "sptune report <experiment dir>"})
 
 
 if __name__ == "__main__":
-    sys.exit(main(STUDY, build, __doc__))
+    sys.exit(main(EXPERIMENT, build, __doc__))

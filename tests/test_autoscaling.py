@@ -23,8 +23,8 @@ from ray.autoscaler._private.fake_multi_node.node_provider import FAKE_HEAD_NODE
 from ray_fixtures import CONFIG, REPO, sptune_env
 from test_cluster import free_ports
 
-from sptune import files, results
-from sptune.tune import pipeline, search, trainable
+from sptune import files
+from sptune.tune import pipeline, results, search, session, trainable
 
 pytestmark = pytest.mark.slow
 
@@ -62,7 +62,7 @@ def fake_cluster_config(gcs_address: str) -> tuple[dict, float]:
 def worker_raylets(tag: str) -> dict[str, int]:
     """{node id: raylet pid} of the fake worker nodes alive now (the provider gives each an id in its environment)."""
     out = {}
-    for pid in pipeline.ray_processes(tag):
+    for pid in session.ray_processes(tag):
         try:
             env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             exe = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
@@ -195,5 +195,5 @@ def test_autoscaling_study_survives_losing_a_worker_node(tmp_path):
             time.sleep(1)
         assert worker_raylets(tag) == {}, "idle workers were not removed"
     finally:
-        pipeline.stop_processes(pipeline.ray_processes(tag))
+        session.stop_processes(session.ray_processes(tag))
         subprocess.run(["rm", "-rf", str(temp_dir)])

@@ -15,8 +15,8 @@ import pytest
 import yaml
 from ray_fixtures import CONFIG, REPO, sptune_env
 
-from sptune import files, results
-from sptune.tune import pipeline
+from sptune import files
+from sptune.tune import pipeline, results, session
 
 
 def test_cluster_yaml_matches_the_schema_shipped_with_ray():
@@ -138,5 +138,5 @@ def test_study_on_a_two_node_cluster(tmp_path):
         # The study joined the cluster instead of starting Ray itself: nothing of its own to stop.
         assert files.read_json(study_dir / files.DRIVER)["address"] == f"127.0.0.1:{gcs_port}"
     finally:
-        pipeline.stop_processes(pipeline.ray_processes(tag))
+        session.stop_processes(session.ray_processes(tag))
         shutil.rmtree(temp_dir, ignore_errors=True)

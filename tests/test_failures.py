@@ -8,11 +8,11 @@ import pytest
 from ray_fixtures import CONFIG, TINY, ray_instance  # noqa: F401 (fixture)
 from test_tune import new_study
 
-from sptune import files, results
+from sptune import files
+from sptune.tune import pipeline, resources, results, search, trainable
 from sptune.cli import main
 from sptune.config import load as load_config
 from sptune.errors import UserError
-from sptune.tune import pipeline, resources, search, trainable
 
 
 # ----------------------------------------------------------------------------- devices

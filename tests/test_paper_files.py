@@ -9,7 +9,7 @@ import pytest
 from sptune.config import STAGES
 from sptune import config
 from sptune.registry import TASKS
-from sptune.studies import paper, paper_files, sizing
+from sptune.experiments import paper, paper_files, sizing
 from sptune.tune import pipeline, search
 
 REPO = Path(__file__).resolve().parents[1]
@@ -24,10 +24,10 @@ IDS = [f"{task}/{model}" for task, model in SHIPPED]
 def test_files_are_generated_from_the_table():
     wanted = paper_files.files()
     stale = [path for path, text in wanted.items() if not (REPO / path).is_file() or (REPO / path).read_text() != text]
-    assert not stale, f"run `python -m sptune.studies.paper_files` (differ from the table: {stale})"
+    assert not stale, f"run `python -m sptune.experiments.paper_files` (differ from the table: {stale})"
     on_disk = {str(p.relative_to(REPO)) for p in [*(REPO / "configs").glob("*.yaml"),
                                                   *(REPO / "search_spaces").glob("*/*.yaml")]}
-    assert on_disk - DEMO == set(wanted), "a hand-written paper config: put its values into sptune/studies/paper.py"
+    assert on_disk - DEMO == set(wanted), "a hand-written paper config: put its values into sptune/experiments/paper.py"
 
 
 def test_every_paper_task_and_model_has_a_config_and_a_search_space():

@@ -16,8 +16,8 @@ import yaml
 from ray_fixtures import sptune_env
 
 from sptune.config import STAGES
-from sptune import files, results
-from sptune.tune import pipeline, search
+from sptune import files
+from sptune.tune import results, search, session
 
 pytestmark = pytest.mark.slow
 
@@ -67,7 +67,7 @@ def test_resume_after_the_driver_dies(tmp_path, sig):
     config, space, study_dir = tmp_path / "config.yaml", tmp_path / "space.yaml", tmp_path / "study"
     config.write_text(yaml.safe_dump(CONFIG))
     space.write_text(yaml.safe_dump(SPACE))
-    tag = pipeline.ray_tag(study_dir)
+    tag = session.ray_tag(study_dir)
     driver = sptune("study", config, "--search-space", space, "--dir", study_dir, "--quiet")
     procs = [driver]
     try:
@@ -117,9 +117,9 @@ def test_resume_after_the_driver_dies(tmp_path, sig):
             assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
 
         time.sleep(2)  # the resumed driver stopped its own Ray instance on the way out
-        assert pipeline.leftover_processes(study_dir) == []
+        assert session.leftover_processes(study_dir) == []
     finally:
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
-        pipeline.stop_processes(pipeline.leftover_processes(study_dir) + pipeline.ray_processes(tag))
+        session.stop_processes(session.leftover_processes(study_dir) + session.ray_processes(tag))

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from sptune import config, files, fingerprint, results, train
+from sptune import config, files, fingerprint, train
+from sptune.tune import results
 from sptune.cli import main
 
 REPO = Path(__file__).resolve().parents[1]

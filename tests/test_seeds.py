@@ -9,7 +9,7 @@ from ray_fixtures import CONFIG, TINY, ray_instance, sptune_env  # noqa: F401 (f
 
 from sptune import files
 from sptune.cli import main
-from sptune.tune import pipeline
+from sptune.tune import pipeline, session
 from sptune.tune import seeds as multi
 from test_tune import write_space
 
@@ -78,4 +78,4 @@ def test_cli_study_seeds_smoke(tmp_path):
         assert f"log: {parent / 'study.log'}" in proc.stdout and (parent / "study.log").is_file()
         assert (parent / "seeds.png").is_file() and (parent / "seed-1" / "results.csv").is_file()
     finally:
-        pipeline.stop_processes(pipeline.leftover_processes(parent))
+        session.stop_processes(session.leftover_processes(parent))

@@ -9,7 +9,9 @@ import torch
 from sptune import atomic, config, files, train
 from sptune.data import train_fraction
 from sptune.models.s4 import S4Layer
-from sptune.studies import kernel_analysis, paper, report, runner, settings, sizing
+from sptune.experiments import cli, kernel_analysis, paper, report, settings, sizing
+from sptune.experiments.plan import Cell, Plan, plain_point, repo_space, save_plan
+from sptune.tune import results
 from sptune.tasks.base import Split
 
 # ----------------------------------------------------------------------------- sizing (Appendix E)
@@ -126,17 +128,17 @@ def test_recipe_space_puts_the_papers_best_first_and_in_the_grid():
     # From scratch: Gu et al.'s s4-lra-cifar.yaml (lr 1e-2, batch 50) first, Appendix C.1 grid around it
     assert space["scratch"]["points"][0] == {"optim.lr": 1e-2, "optim.batch_size": 50}
     assert {1e-2, 1e-3, 5e-4, 1e-4} <= set(space["scratch"]["params"]["optim.lr"])
-    assert runner.plain_point(space, "finetune") == ["optim.lr=0.001", "optim.batch_size=512"]
-    assert runner.plain_point({"scratch": {"params": {"optim.lr": [1e-3, 1e-4], "optim.batch_size": [8]}}},
+    assert plain_point(space, "finetune") == ["optim.lr=0.001", "optim.batch_size=512"]
+    assert plain_point({"scratch": {"params": {"optim.lr": [1e-3, 1e-4], "optim.batch_size": [8]}}},
                               "scratch") == ["optim.lr=0.001", "optim.batch_size=8"]
 
 
 def test_a_rerun_must_ask_for_the_same_grid(tmp_path):
     plan = synthetic_plan([0])
-    runner.save_plan(tmp_path, plan)
-    runner.save_plan(tmp_path, plan)  # same grid: a resume
+    save_plan(tmp_path, plan)
+    save_plan(tmp_path, plan)  # same grid: a resume
     with pytest.raises(Exception, match="different grid"):
-        runner.save_plan(tmp_path, synthetic_plan([0, 1]))
+        save_plan(tmp_path, synthetic_plan([0, 1]))
 
 
 # ----------------------------------------------------------------------------- reports
@@ -147,17 +149,17 @@ TINY = ["task.name=listops-mini", "model.name=s4", "model.d_model=8", "model.n_l
 def synthetic_plan(seeds, layout=None):
     # Grid layouts: a column per fraction; the fraction layout: a column per task.
     column = (lambda f: "listops-mini (for Text)") if layout else (lambda f: f"fraction {f:g}")
-    cells = [runner.Cell(key=f"f{fraction:g}-s{seed}",
-                         labels={"task": "listops-mini", "paper_task": "text", "model": "S4", "seed": seed,
-                                 "fraction": fraction, "budget": 1000 * (1 + i), "share": 0.2 * i,
-                                 "share_label": f"{20 * i}%", "column": column(fraction)},
-                         overrides=tuple(TINY + [f"task.train_fraction={fraction}", f"run.seed={seed}"]),
-                         paper={"scratch": {"value": 60.0, "source": "paper Table X"}})
+    cells = [Cell(key=f"f{fraction:g}-s{seed}",
+                  labels={"task": "listops-mini", "paper_task": "text", "model": "S4", "seed": seed,
+                          "fraction": fraction, "budget": 1000 * (1 + i), "share": 0.2 * i,
+                          "share_label": f"{20 * i}%", "column": column(fraction)},
+                  overrides=tuple(TINY + [f"task.train_fraction={fraction}", f"run.seed={seed}"]),
+                  paper={"scratch": {"value": 60.0, "source": "paper Table X"}})
              for i, fraction in enumerate((0.1, 1.0)) for seed in seeds]
     layout = layout or {"kind": "grid", "row": "row", "col": "column", "plots": ["bars", "sizes", "shares"],
                         "average": {"exclude": []}}
-    return runner.Plan(study="synthetic", title="Synthetic", axis="a", nuisance="n", fixed="f", layout=layout,
-                       cells=cells, smoke=True, backend="plain")
+    return Plan(experiment="synthetic", title="Synthetic", axis="a", nuisance="n", fixed="f", layout=layout,
+                cells=cells, smoke=True, backend="plain")
 
 
 def fake_run(run_dir, stage, test_metric, seconds):
@@ -170,7 +172,7 @@ def fake_run(run_dir, stage, test_metric, seconds):
 
 
 def write_synthetic_study(study_dir, plan):
-    runner.save_plan(study_dir, plan)
+    save_plan(study_dir, plan)
     for cell in plan.cells:
         seed, fraction = cell.labels["seed"], cell.labels["fraction"]
         for stage, value, seconds in (("pretrain", 0.3, 5.0), ("finetune", 0.5 + 0.01 * seed + 0.1 * fraction, 2.0),
@@ -194,6 +196,11 @@ def test_report_from_synthetic_results_builds_table_csv_and_pngs(tmp_path):
     assert {p.name for p in paths["plots"]} == {"bars.png", "sizes.png", "shares.png"}
     lines = paths["results"].read_text().splitlines()
     assert len(lines) == 1 + 4 * 3  # every trial: 4 cells x 3 stages
+    # One results schema: the cell's columns, then a study's (stage, trial, searched params, the rest).
+    header = lines[0].split(",")
+    labels = len(plan.cells[0].labels)
+    assert header[:2] == ["experiment", "cell"] and set(header[2:2 + labels]) == set(plan.cells[0].labels)
+    assert header[2 + labels:] == [*results.COLUMNS[:2], "optim.batch_size", "optim.lr", *results.COLUMNS[2:]]
 
 
 def test_fraction_report_computes_relative_gain(tmp_path):
@@ -225,8 +232,6 @@ def test_report_marks_missing_runs(tmp_path):
 
 
 def test_report_command_is_registered():
-    from sptune.studies import cli
-
     parser = argparse.ArgumentParser()
     cli.register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["report", "some/dir"])
@@ -257,12 +262,12 @@ def test_real_grid_builds_valid_configs_and_search_spaces(study):
     spec = importlib.util.spec_from_file_location(f"study_{study}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    plan = module.build(runner.parse_args("", []))
+    plan = module.build(cli.parse_args("", []))
     assert len(plan.cells) == REAL_CELLS[study] and len({c.key for c in plan.cells}) == len(plan.cells)
     for cell in plan.cells:
         assert not cell.labels["task"].endswith("-mini")
-        space = cell.space if cell.space is not None else runner.repo_space(cell)
+        space = cell.space if cell.space is not None else repo_space(cell)
         assert space is not None, f"{cell.key}: no search space"
         search.parse({"stages": space})
         for stage in cell.stages:
-            config.load(None, list(cell.overrides) + runner.plain_point(space, stage), stage=stage)
+            config.load(None, list(cell.overrides) + plain_point(space, stage), stage=stage)

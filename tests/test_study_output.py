@@ -15,9 +15,9 @@ from ray_fixtures import CONFIG, REPO, TINY, ray_instance, sptune_env  # noqa: F
 
 from sptune.config import STAGES
 import sptune
-from sptune import files, output, results
+from sptune import files, output
+from sptune.tune import loggers, pipeline, results, search, trainable
 from sptune.cli import main
-from sptune.tune import loggers, pipeline, search, trainable
 
 ONE = {"params": {"optim.lr": [1e-3], "optim.batch_size": [8]}}
 TWO = {"params": {"optim.lr": [1e-3, 3e-3], "optim.batch_size": [8]}}

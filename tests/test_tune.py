@@ -12,11 +12,11 @@ import pytest
 import yaml
 from ray_fixtures import CONFIG, REPO, TINY, ray_instance, sptune_env  # noqa: F401 (fixture)
 
-from sptune import atomic, files, results
+from sptune import atomic, files
+from sptune.tune import pipeline, results, search, session, trainable
 from sptune.cli import main
 from sptune.errors import UserError
 from sptune.registry import MODELS, TASKS
-from sptune.tune import pipeline, search, trainable
 
 EMBEDDED_DEMOS = {"listops-mini", "shapes-tiny", "pathfinder-tiny"}  # CPU-sized 2-point grids, hand-written
 PAPER_FILES = ["listops/transformer", "listops/s4", "text/transformer", "text/s4", "image/transformer", "image/s4",
@@ -398,4 +398,4 @@ def test_cli_smoke_study_then_results(tmp_path):
                                text=True, env=sptune_env(), timeout=60)
         assert again.returncode == 0 and results.RULE in again.stdout
     finally:
-        pipeline.stop_processes(pipeline.leftover_processes(study_dir))
+        session.stop_processes(session.leftover_processes(study_dir))

@@ -1,8 +1,11 @@
 """The Ray layer: a thin shell over the plain stage functions of `sptune.train`.
 
+    session.py     the one way to start, join and clean up Ray (every entry point goes through it)
+    options.py     the one option set and flag vocabulary of a search (`sptune study`, the experiment scripts)
     trainable.py   one trial = one stage run, directly in the Tune trial or under Ray Train's TorchTrainer
     search.py      search-space files -> Optuna searcher (+ ASHA) for Ray Tune
     pipeline.py    the study: pretraining search -> finetuning from the best trial, scratch baseline; resume
+    results.py     results.csv of a study or an experiment (one schema), the selected trial, the summary
     cli.py         `sptune study | resume | results`
 
 Nothing here trains: every number comes from `sptune.train.run_stage`, so a study's trial and a

@@ -22,7 +22,7 @@ from typing import Callable
 from sptune import files
 from sptune.config import STAGES
 from sptune.errors import UserError
-from sptune.tune.loggers import LOGGERS
+from sptune.tune import options
 
 
 def register(subparsers) -> None:
@@ -36,28 +36,11 @@ def register(subparsers) -> None:
     study.add_argument("--search-space", metavar="FILE", help="default: search_spaces/<task>/<model>.yaml")
     study.add_argument("--dir", metavar="DIR", help="study directory (default: runs/study-<config name>)")
     study.add_argument("--smoke", action="store_true", help="tiny model, 8 steps, 2 trials per stage")
-    study.add_argument("--num-samples", type=int, metavar="N", help="trials per stage (capped at a grid's size)")
-    study.add_argument("--max-concurrent", type=int, metavar="N", help="trials running at once")
-    study.add_argument("--workers", type=int, metavar="N", help="Ray Train workers per trial (DDP when > 1)")
-    study.add_argument("--cpus-per-worker", type=float, metavar="C")
-    study.add_argument("--gpus-per-worker", type=float, metavar="G")
-    study.add_argument("--asha", action=argparse.BooleanOptionalAction, default=None,
-                       help="ASHA early stopping on our own step counter (default: the search space's setting)")
-    study.add_argument("--sampler", choices=("auto", "brute", "tpe"),
-                       help="Optuna sampler (auto: brute force for categorical grids, TPE otherwise)")
-    study.add_argument("--seed", type=int, help="sampler seed")
     study.add_argument("--seeds", nargs="+", metavar="S",
                        help="run the study once per seed (run.seed=S, one study directory per seed under --dir, "
                             "default runs/seeds-<config name>) and report the mean paired SPT - scratch gain with "
                             "its 95%% Student-t interval")
-    study.add_argument("--max-failures", type=int, default=2, help="retries of a crashed trial (from its checkpoint)")
-    study.add_argument("--train-path", choices=("auto", "direct", "train"), default="auto",
-                       help="direct: run in the Tune trial; train: Ray Train TorchTrainer (auto: direct for one "
-                            "CPU worker)")
-    study.add_argument("--address", help="Ray cluster to join (default: start a local Ray instance)")
-    study.add_argument("--logger", choices=LOGGERS, default="tensorboard",
-                       help="experiment tracker: every trial a run with its config, lineage and evals "
-                            "(wandb, mlflow: pip install 'sptune[wandb]' / 'sptune[mlflow]')")
+    options.add_options(study)
     _output_flags(study)
     study.set_defaults(func=cmd_study)
 
@@ -92,11 +75,8 @@ def cmd_study(args: argparse.Namespace) -> int:
 
     study_dir = Path(args.dir) if args.dir else api.default_dir(args.config, args.smoke, bool(args.seeds))
     return _interruptible(study_dir, lambda: api.run_study(
-        args.config, args.overrides, study_dir, search_space=args.search_space, smoke=args.smoke,
-        num_samples=args.num_samples, max_concurrent=args.max_concurrent, workers=args.workers,
-        cpus_per_worker=args.cpus_per_worker, gpus_per_worker=args.gpus_per_worker, asha=args.asha,
-        sampler=args.sampler, seed=args.seed, max_failures=args.max_failures, train_path=args.train_path,
-        logger=args.logger, address=args.address, output=args.output, seeds=args.seeds))
+        args.config, args.overrides, study_dir, search_space=args.search_space, address=args.address,
+        output=args.output, seeds=args.seeds, **vars(options.from_args(args))))
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -110,7 +90,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def _interruptible(study_dir: Path, run: Callable[[], Path]) -> int:
     """Run the study; exit 0 when every stage has a completed trial (every seed paired, for a multi-seed
     study), 1 otherwise, 130 on Ctrl-C."""
-    from sptune import results, seeds
+    from sptune import seeds
+    from sptune.tune import results
 
     try:
         study_dir = run()
@@ -127,7 +108,8 @@ def _interruptible(study_dir: Path, run: Callable[[], Path]) -> int:
 
 
 def cmd_results(args: argparse.Namespace) -> int:
-    from sptune import results, seeds
+    from sptune import seeds
+    from sptune.tune import results
 
     study_dir = Path(args.study_dir)
     if seeds.is_seeds_dir(study_dir):

@@ -15,7 +15,7 @@ A study directory holds everything, so `sptune resume <dir>` needs nothing else:
     optuna.journal        every phase's Optuna study `<study dir name>/<phase>` (optuna-dashboard reads it)
     study.log             everything Ray, Tune and the trials printed (sptune.output)
     train/                Ray Train runs (TorchTrainer path)
-    results.csv           one row per trial (sptune.results)
+    results.csv           one row per trial (sptune.tune.results)
 
 Resume: finished phases are skipped; an interrupted phase is restored with Tuner.restore
 (resume_unfinished, resume_errored): Tune keeps its finished trials and the searcher's state, and
@@ -30,57 +30,37 @@ trial worker asks for (sptune.tune.resources): otherwise no trial could ever sta
 from __future__ import annotations
 
 import copy
-import hashlib
 import logging
-import os
-import re
-import signal
 import time
-from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable
 
-from sptune import atomic, files, output, results
+from sptune import atomic, files, output
 from sptune.config import STAGES
 from sptune.config import load as load_config
 from sptune.errors import UserError
 from sptune.registry import check_names
-from sptune.tune import failures, loggers, resources, search
+from sptune.tune import failures, loggers, resources, results, search
+from sptune.tune.options import Options
+from sptune.tune.session import ray_session
 from sptune.tune.trainable import LINEAGE_KEY, PATHS, TrialSpec, choose_path, stage_trainable, trial_resources
 
 log = logging.getLogger("sptune.tune")
 
-TAG_ENV = "SPTUNE_RAY_TAG"  # marks every process of a study's local Ray instance (for cleanup)
 # A tiny study for tests and for checking an installation: every stage runs 2 trials of 8 steps.
 SMOKE_OVERRIDES = ["model.d_model=16", "model.n_layers=1", "model.n_heads=2", "model.d_ff=16",
                    "optim.max_steps=8", "optim.eval_every=4", "optim.warmup_steps=0", "task.max_val_examples=32"]
 SMOKE_SAMPLES = 2
 
 
-@dataclass
-class Options:
-    """How to run the searches; None = the search-space file's value (or the default)."""
-
-    num_samples: int | None = None
-    max_concurrent: int | None = None
-    workers: int | None = None
-    cpus_per_worker: float | None = None
-    gpus_per_worker: float | None = None
-    asha: bool | None = None
-    sampler: str | None = None
-    seed: int | None = None
-    max_failures: int = 2
-    train_path: str = "auto"  # "auto" | "direct" | "train"
-    smoke: bool = False
-    logger: str = "tensorboard"  # experiment tracker (sptune.tune.loggers)
-
-
 # ----------------------------------------------------------------------------- creating / loading
-def create(config_path: str, overrides: list[str], study_dir: str | Path, space_path: str | None = None,
-           options: Options | None = None) -> dict[str, Any]:
-    """Resolve and validate everything up front, then write study.json (before any Ray work)."""
+def create(config_path: str | None, overrides: list[str], study_dir: str | Path, space_path: str | None = None,
+           options: Options | None = None, space: search.SearchSpace | None = None) -> dict[str, Any]:
+    """Resolve and validate everything up front, then write study.json (before any Ray work).
+
+    The search space is `space` when given (a paper-experiment cell builds its own), else the file
+    `space_path`, else search_spaces/<task>/<model>.yaml."""
     options = options or Options()
     study_dir = Path(study_dir).resolve()
     if (study_dir / files.STUDY).is_file():
@@ -90,7 +70,8 @@ def create(config_path: str, overrides: list[str], study_dir: str | Path, space_
     overrides = (SMOKE_OVERRIDES if options.smoke else []) + list(overrides)
     stages = {stage: check_names(load_config(config_path, overrides, stage=stage)).to_dict() for stage in STAGES}
     task, model = stages["scratch"]["task"]["name"], stages["scratch"]["model"]["name"]
-    space = search.load(space_path or search.default_path(task, model))
+    if space is None:
+        space = search.load(space_path or search.default_path(task, model))
     declared = (space.task or task, space.model or model)
     if declared != (task, model):
         raise UserError(f"{space.path} is for task '{declared[0]}' / model '{declared[1]}', the config is for "
@@ -293,122 +274,3 @@ def run_phase(study_dir: Path, state: dict[str, Any], phase: str, trainable: Cal
 
 def _trial_name(phase: str, trial: Any) -> str:
     return f"{phase}_{trial.trial_id}"
-
-
-# ----------------------------------------------------------------------------- Ray instance
-@contextmanager
-def ray_session(study_dir: Path, address: str | None = None) -> Iterator[None]:
-    """Use the Ray instance already initialized (tests, notebooks), else join `address`, else start
-    a local one whose processes carry this study's tag, so a later resume can find and stop what a
-    killed driver left behind (and only that: other Ray instances on the machine are untouched)."""
-    import ray
-
-    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
-    # A snapshot of the experiment is forced at every checkpoint (num_to_keep=1): wanted, not a warning.
-    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    # Ctrl-C must raise, not end Tune's loop "normally": a phase that returns is marked done.
-    os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
-    if ray.is_initialized():
-        yield
-        return
-    address = address or os.environ.get("RAY_ADDRESS")  # set inside `ray job submit` jobs
-    check_driver(study_dir)
-    stop_processes(leftover_processes(study_dir))  # a killed driver's Ray instance, if it left anything
-    tag = ray_tag(study_dir)
-    driver = {"pid": os.getpid(), "tag": tag, "address": address, "started": time.time(), "raylet_pids": []}
-    atomic.write_json(study_dir / files.DRIVER, driver)
-    os.environ[TAG_ENV] = tag
-    try:
-        # The dashboard stays on: Ray Train's PlacementGroupCleaner asks its state API whether a
-        # trial's controller is gone; without it stopped trials leak placement groups (ray#54305).
-        # Trials print one line per eval; Ray's INFO lines (a checkpoint saved, ...) would double them.
-        ray.init(address=address or "local", logging_level=logging.WARNING,
-                 logging_config=ray.LoggingConfig(log_level="WARNING"))
-        # Recorded for a later cleanup: if this driver is killed, the raylet's agents outlive it.
-        driver["raylet_pids"] = [pid for pid in ray_processes(tag) if _cmdline(pid).split(" ")[0].endswith("/raylet")]
-        atomic.write_json(study_dir / files.DRIVER, driver)
-        yield
-    finally:
-        ray.shutdown()
-        os.environ.pop(TAG_ENV, None)
-
-
-def check_driver(study_dir: Path) -> None:
-    path = study_dir / files.DRIVER
-    if not path.is_file():
-        return
-    pid = files.read_json(path)["pid"]
-    if pid != os.getpid() and _cmdline(pid) and "sptune" in _cmdline(pid):
-        raise UserError(f"the study in {study_dir} is still running (driver pid {pid}); stop it first "
-                        f"(Ctrl-C or kill {pid}), then resume")
-
-
-def ray_tag(study_dir: str | Path) -> str:
-    return "sptune-" + hashlib.sha1(str(Path(study_dir).resolve()).encode()).hexdigest()[:12]
-
-
-def ray_processes(tag: str, raylet_pids: Iterable[int] = ()) -> list[int]:
-    """PIDs of one Ray instance: the processes whose environment carries `SPTUNE_RAY_TAG=<tag>`, and
-    the agents of its raylets, which start with an environment of their own naming their raylet in
-    RAY_RAYLET_PID (`raylet_pids`: raylets recorded earlier, now dead, whose agents may be left).
-    Linux /proc; elsewhere none are found."""
-    needle = f"\0{TAG_ENV}={tag}\0".encode()
-    tagged, raylet_of = [], {}
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            env = b"\0" + (proc / "environ").read_bytes()
-        except OSError:
-            continue  # exited meanwhile, or not ours to read
-        pid = int(proc.name)
-        if pid == os.getpid():
-            continue
-        if needle in env:
-            tagged.append(pid)
-        match = re.search(rb"\0RAY_RAYLET_PID=(\d+)\0", env)
-        if match:
-            raylet_of[pid] = int(match.group(1))
-    raylets = set(tagged) | {pid for pid in raylet_pids if not _alive(pid)}  # a live raylet must be tagged
-    return tagged + [pid for pid, raylet in raylet_of.items() if raylet in raylets and pid not in tagged]
-
-
-def leftover_processes(study_dir: str | Path) -> list[int]:
-    """What the local Ray instance of a study's last driver left running (none if it joined a cluster)."""
-    path = Path(study_dir) / files.DRIVER
-    if not path.is_file():
-        return []
-    driver = files.read_json(path)
-    return ray_processes(driver["tag"], driver.get("raylet_pids", []))
-
-
-def stop_processes(pids: list[int], timeout: float = 10.0) -> None:
-    """SIGTERM, then SIGKILL what is still alive after `timeout` seconds."""
-    if not pids:
-        return
-    log.warning("stopping %d leftover Ray process(es) of this study: %s", len(pids), pids)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
-            time.sleep(0.2)
-        pids = [pid for pid in pids if _alive(pid)]
-        if not pids:
-            return
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        return state != "Z"  # a zombie is dead, only not yet reaped by its parent
-    except (OSError, IndexError):
-        return False
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""

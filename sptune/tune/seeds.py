@@ -19,11 +19,12 @@ from typing import Any, Callable
 
 from sptune import atomic, files, seeds
 from sptune.errors import UserError
-from sptune.tune import pipeline
+from sptune.tune import pipeline, session
+from sptune.tune.options import Options
 
 
 def create(config_path: str, overrides: list[str], parent: str | Path, seed_list: list[int],
-           space_path: str | None, options: pipeline.Options) -> dict[str, Any]:
+           space_path: str | None, options: Options) -> dict[str, Any]:
     """Write <parent>/seeds.json and every seed's study.json (validated before any training)."""
     parent = Path(parent).resolve()
     if not seed_list or len(set(seed_list)) != len(seed_list):
@@ -51,7 +52,7 @@ def run(parent: str | Path, address: str | None = None, verbose: int = 1,
     parent = Path(parent).resolve()
     spec = files.read_json(parent / files.SEEDS)
     start = time.perf_counter()
-    with pipeline.ray_session(parent, address):
+    with session.ray_session(parent, address):
         for seed in spec["seeds"]:
             if on_seed is not None:
                 on_seed(seed)

@@ -1,6 +1,6 @@
-"""Config overrides of the studies: the paper's recipes (sptune.studies.paper.RECIPES) and the smoke scale.
+"""Config overrides of the paper experiments: the paper's recipes (sptune.experiments.paper.RECIPES) and the smoke scale.
 
-A study script picks (task, recipe variant, arm) and gets here: the recipe's overrides (architecture,
+An experiment script picks (task, recipe variant, arm) and gets here: the recipe's overrides (architecture,
 weight decay, epochs, each stage's lr schedule) and its nuisance search space (Recipe.space: the
 Appendix C.1 grid with the paper's reported best first). Smoke runs replace all of it with one tiny,
 fast setting on the embedded tasks.
@@ -12,10 +12,10 @@ from typing import Any
 
 from sptune.config import STAGES
 from sptune.errors import UserError
-from sptune.studies import paper
+from sptune.experiments import paper
 
 # ----------------------------------------------------------------------------- smoke scale
-# d_model 16, one layer, 15 steps per stage, 32 validation examples: every study in minutes on 2 CPU cores.
+# d_model 16, one layer, 15 steps per stage, 32 validation examples: every experiment in minutes on 2 CPU cores.
 SMOKE_STEPS = 15
 SMOKE_COMMON = ["model.d_model=16", "model.n_layers=1", f"optim.max_steps={SMOKE_STEPS}", "optim.eval_every=5",
                 "optim.warmup_steps=0", "task.max_val_examples=32", "optim.weight_decay=0.0",
@@ -69,7 +69,7 @@ def recipe(task: str, variant: str) -> paper.Recipe:
 
 def real(r: paper.Recipe, epochs: bool = True) -> list[str]:
     """A recipe's overrides at the paper's scale: model, objective, weight decay, epochs (epochs=False: the
-    study sets optim.max_steps itself), each stage's schedule and warmup. Learning rates and batch sizes
+    experiment sets optim.max_steps itself), each stage's schedule and warmup. Learning rates and batch sizes
     come from the cell's search space (Recipe.space)."""
     shared = r.shared()
     if not epochs:

@@ -186,7 +186,7 @@ def bars(arm_rows: list[dict[str, Any]], layout: dict[str, Any], path: Path) -> 
     return _save(fig, path)
 
 
-def kernels(per_task: dict[str, list[dict[str, Any]]], study_dir: Path) -> list[Path]:
+def kernels(per_task: dict[str, list[dict[str, Any]]], experiment_dir: Path) -> list[Path]:
     """Figure 4: K_max(l) per layer, pretrained (solid) vs initialization (dashed), one PNG per task.
     Mean over seeds; with more than 4 layers only odd layers are drawn, as in the paper."""
     paths = []
@@ -213,5 +213,5 @@ def kernels(per_task: dict[str, list[dict[str, Any]]], study_dir: Path) -> list[
         ax.legend(fontsize=8, ncol=2)
         slug = "-".join("".join(ch if ch.isalnum() else " " for ch in column).lower().split())
         name = f"kernels-{slug}.png"
-        paths.append(_save(fig, study_dir / name))
+        paths.append(_save(fig, experiment_dir / name))
     return paths

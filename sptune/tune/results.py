@@ -21,10 +21,10 @@ import csv
 import io
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
-from sptune.config import STAGES
 from sptune import files, selection
+from sptune.config import STAGES
 from sptune.atomic import write_text as write_text_atomic
 
 RULE = ("selection: per stage, the trial with the best validation metric (a tie, i.e. the same number of correct "
@@ -122,10 +122,17 @@ def _num(value: Any) -> bool:
     return isinstance(value, (int, float)) and not math.isnan(value)
 
 
-def write_csv(rows: list[dict[str, Any]], path: str | Path) -> Path:
-    columns = COLUMNS[:2] + param_keys(rows) + COLUMNS[2:]
+def write_csv(rows: list[dict[str, Any]], path: str | Path, prefix: Sequence[str] = ()) -> Path:
+    """results.csv, one schema for a study and a paper experiment: one row per trial, the stage and trial
+    first, then the searched params, then COLUMNS. An experiment puts its cell columns (experiment, cell,
+    the cell's labels) in `prefix`."""
+    return write_rows(rows, path, [*prefix, *COLUMNS[:2], *param_keys(rows), *COLUMNS[2:]])
+
+
+def write_rows(rows: list[dict[str, Any]], path: str | Path, columns: Sequence[str]) -> Path:
+    """A CSV of these columns (a key of a row outside them is left out), written atomically."""
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore")
+    writer = csv.DictWriter(out, fieldnames=list(dict.fromkeys(columns)), extrasaction="ignore")
     writer.writeheader()
     writer.writerows(rows)
     write_text_atomic(Path(path), out.getvalue())

@@ -1,6 +1,6 @@
-"""A study's results -> results.csv (every trial), summary.csv (per table entry), table.md and PNG plots.
+"""An experiment's results -> results.csv (every trial), summary.csv (per table entry), table.md and PNG plots.
 
-Everything is rebuilt from the cells' run directories (`sptune report <study dir>`), never from
+Everything is rebuilt from the cells' run directories (`sptune report <experiment dir>`), never from
 memory, so a report after a crash or a resume shows exactly what ran.
 
 Terms:
@@ -17,8 +17,6 @@ Terms:
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 import statistics
 from pathlib import Path
@@ -27,34 +25,19 @@ from typing import Any
 from sptune import atomic, files, stats
 from sptune.config import load as load_config
 from sptune.atomic import write_text as write_text_atomic
-from sptune.results import device_seconds
-from sptune.studies import plots
-from sptune.studies.runner import Plan, cell_rows, load_plan
+from sptune.experiments import plots
+from sptune.experiments.plan import Plan, load_plan
+from sptune.experiments.run import cell_columns, experiment_rows
+from sptune.tune import results
 
 ARM_SUFFIX = {"scratch": "", "masked": " + Masked SPT", "causal": " + Causal SPT", "pretrain": " (pretrained)"}
-TRIAL_COLUMNS = ["study", "cell", "stage", "trial_id", "selected", "selected_by", "status", "reason", "metric",
-                 "best_val", "best_val_loss", "best_step", "test_metric", "steps", "train_seconds", "eval_seconds",
-                 "devices", "device_seconds", "train_flops", "eval_flops", "n_params", "optim.lr", "optim.batch_size",
-                 "run_dir"]
-
 
 def row_label(model: str, arm: str) -> str:
     return model + ARM_SUFFIX[arm]
 
 
-# ----------------------------------------------------------------------------- trials and arms
-def collect(study_dir: Path, plan: Plan) -> list[dict[str, Any]]:
-    """Every trial of every cell, with the cell's labels: the long-format results."""
-    rows = []
-    for cell in plan.cells:
-        for row in cell_rows(cell, study_dir / files.CELLS / cell.key):
-            row = {**{k: v for k, v in cell.labels.items()}, **row, "study": plan.study, "cell": cell.key}
-            row["device_seconds"] = device_seconds(row) if row.get("train_seconds") is not None else 0.0
-            rows.append(row)
-    return rows
-
-
-def arms(study_dir: Path, plan: Plan, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+# ----------------------------------------------------------------------------- arms
+def arms(experiment_dir: Path, plan: Plan, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for cell in plan.cells:
         mine = [r for r in rows if r["cell"] == cell.key]
@@ -66,7 +49,7 @@ def arms(study_dir: Path, plan: Plan, rows: list[dict[str, Any]]) -> list[dict[s
             chains.append((load_config(None, list(cell.overrides)).objective.kind, ("pretrain", "finetune")))
         elif "pretrain" in cell.stages:
             chains.append(("pretrain", ("pretrain",)))
-        error = study_dir / files.CELLS / cell.key / files.CELL_ERROR
+        error = experiment_dir / files.CELLS / cell.key / files.CELL_ERROR
         for arm, chain in chains:
             runs = [selected.get(stage) for stage in chain]
             final = runs[-1] or {}
@@ -75,7 +58,7 @@ def arms(study_dir: Path, plan: Plan, rows: list[dict[str, Any]]) -> list[dict[s
             row = row_label(cell.labels["model"], arm)
             if plan.layout.get("merge_spt") and arm in ("masked", "causal"):
                 row = cell.labels["model"] + " + SPT"  # Table 3 has one SPT row per model
-            out.append({**cell.labels, "cell": cell.key, "arm": arm, "row": row,
+            out.append({**cell.labels, "experiment": plan.experiment, "cell": cell.key, "arm": arm, "row": row,
                         "status": status, "metric": final.get("metric"),
                         "test": final.get("test_metric") if ok else None, "val": final.get("best_val") if ok else None,
                         "n_params": final.get("n_params"),
@@ -249,14 +232,14 @@ def fmt_gain(scratch: dict[str, Any] | None, spt: dict[str, Any] | None) -> str:
     return text + (f" · {relative:+.1%} rel." if relative is not None else "")
 
 
-def kernel_table(study_dir: Path, arm_rows: list[dict[str, Any]]) -> tuple[str, dict[str, list]]:
+def kernel_table(experiment_dir: Path, arm_rows: list[dict[str, Any]]) -> tuple[str, dict[str, list]]:
     """Per task and layer: the lag holding 90% of sum_l K_max(l), pretrained vs initialization (mean ± std)."""
-    from sptune.studies import kernel_analysis
+    from sptune.experiments import kernel_analysis
 
     per_task: dict[str, list[dict[str, Any]]] = {}
     for arm in arm_rows:
         if arm["status"] == "completed":
-            data = kernel_data(study_dir / files.CELLS / arm["cell"], arm["run_dir"])
+            data = kernel_data(experiment_dir / files.CELLS / arm["cell"], arm["run_dir"])
             per_task.setdefault(arm["column"], []).append({**data, "seconds": arm["device_seconds"],
                                                            "label": arm["model"]})
     body = []
@@ -274,7 +257,7 @@ def kernel_table(study_dir: Path, arm_rows: list[dict[str, Any]]) -> tuple[str, 
 
 def kernel_data(cell_dir: Path, run_dir: str) -> dict[str, Any]:
     """K_max curves of a pretraining run, computed once from its best.pt and kept in kmax.json."""
-    from sptune.studies import kernel_analysis
+    from sptune.experiments import kernel_analysis
 
     path = cell_dir / "kmax.json"
     if path.is_file() and files.read_json(path).get("run_dir") == run_dir:
@@ -296,17 +279,7 @@ def fmt_stat(values: list[float]) -> str:
 
 
 # ----------------------------------------------------------------------------- files
-def write_csv(rows: list[dict[str, Any]], path: Path, first: list[str]) -> Path:
-    columns = first + [k for k in ordered([k for r in rows for k in r]) if k not in first]
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore")
-    writer.writeheader()
-    writer.writerows(rows)
-    write_text_atomic(path, out.getvalue())
-    return path
-
-
-def header_lines(plan: Plan, study_dir: Path, arm_rows: list[dict[str, Any]]) -> list[str]:
+def header_lines(plan: Plan, experiment_dir: Path, arm_rows: list[dict[str, Any]]) -> list[str]:
     seeds = sorted({a.get("seed") for a in arm_rows if a.get("seed") is not None})
     lines = [f"# {plan.title}", ""]
     if plan.smoke:
@@ -323,42 +296,45 @@ def header_lines(plan: Plan, study_dir: Path, arm_rows: list[dict[str, Any]]) ->
                   "pretraining), [paper x] = the paper's number for the same entry")]
     for name, command in plan.commands.items():
         lines.append(f"- {name}: `{command}`")
-    lines += [f"- every trial: `results.csv`; every entry: `summary.csv`; study directory `{study_dir}`", ""]
+    lines += [f"- every trial: `results.csv`; every entry: `summary.csv`; experiment directory `{experiment_dir}`", ""]
     return lines
 
 
-def write(study_dir: str | Path) -> dict[str, Any]:
-    study_dir = Path(study_dir).resolve()
-    plan = load_plan(study_dir)
-    rows = collect(study_dir, plan)
-    arm_rows = arms(study_dir, plan, rows)
+def write(experiment_dir: str | Path) -> dict[str, Any]:
+    experiment_dir = Path(experiment_dir).resolve()
+    plan = load_plan(experiment_dir)
+    rows = experiment_rows(experiment_dir, plan)
+    arm_rows = arms(experiment_dir, plan, rows)
     for arm in arm_rows:
         arm["column_arm"] = f"{arm.get('column')}|{arm['arm']}"
     layout = plan.layout
-    results_csv = write_csv(rows, study_dir / files.RESULTS_CSV, TRIAL_COLUMNS)
-    summary_csv = write_csv([{k: v for k, v in a.items() if k != "paper"} | {
+    results_csv = results.write_csv(rows, experiment_dir / files.RESULTS_CSV, prefix=cell_columns(plan))
+    summary = [{k: v for k, v in a.items() if k != "paper"} | {
         "paper_value": (a["paper"] or {}).get("value"), "paper_source": (a["paper"] or {}).get("source")}
-        for a in arm_rows], study_dir / "summary.csv", ["study", "cell", "row", "arm", "status", "test"])
-    lines = header_lines(plan, study_dir, arm_rows)
+        for a in arm_rows]
+    first = ["experiment", "cell", "row", "arm", "status", "test"]
+    summary_csv = results.write_rows(summary, experiment_dir / "summary.csv",
+                                     first + ordered([k for a in summary for k in a if k not in first]))
+    lines = header_lines(plan, experiment_dir, arm_rows)
     pngs: list[Path] = []
     kind = layout["kind"]
     if kind == "kernels":
-        table, per_task = kernel_table(study_dir, arm_rows)
+        table, per_task = kernel_table(experiment_dir, arm_rows)
         lines += ["## K_max decay per layer (§3.6, Figure 4)", "", table, ""]
-        pngs += plots.kernels(per_task, study_dir)
+        pngs += plots.kernels(per_task, experiment_dir)
     elif kind == "fraction":
         lines += ["## Test metric vs training-data fraction (§3.4, Figure 3)", "", fraction_table(arm_rows, layout),
                   ""]
-        pngs.append(plots.fractions(arm_rows, study_dir / "fractions.png"))
+        pngs.append(plots.fractions(arm_rows, experiment_dir / "fractions.png"))
     else:
         lines += [f"## {layout.get('heading', 'Results')}", "", grid_table(arm_rows, layout), ""]
         for name in layout.get("plots", []):
-            pngs.append(getattr(plots, name)(arm_rows, layout, study_dir / f"{name}.png"))
+            pngs.append(getattr(plots, name)(arm_rows, layout, experiment_dir / f"{name}.png"))
     failed = [a for a in arm_rows if a["status"] != "completed"]
     if failed:
         lines += ["Not completed: " + ", ".join(f"{a['cell']}/{a['arm']} ({a['status']})" for a in failed), ""]
     lines += [f"- {note}" for note in plan.notes] + ([""] if plan.notes else [])
     lines += [f"![{p.stem}]({p.name})" for p in pngs]
-    table_md = study_dir / "table.md"
+    table_md = experiment_dir / "table.md"
     write_text_atomic(table_md, "\n".join(lines) + "\n")
     return {"results": results_csv, "summary": summary_csv, "table": table_md, "plots": pngs}

@@ -1,12 +1,12 @@
 """configs/<task>_<model>.yaml and search_spaces/<task>/<model>.yaml, generated from the paper's table.
 
-    python -m sptune.studies.paper_files            # rewrite every file that differs from the table
-    python -m sptune.studies.paper_files --check    # list them and exit 1 (what tests/test_paper_files.py checks)
+    python -m sptune.experiments.paper_files            # rewrite every file that differs from the table
+    python -m sptune.experiments.paper_files --check    # list them and exit 1 (what tests/test_paper_files.py checks)
 
-sptune.studies.paper.RECIPES is the one copy of the paper's hyper-parameters; these files are views of it
+sptune.experiments.paper.RECIPES is the one copy of the paper's hyper-parameters; these files are views of it
 for `sptune study` and `sptune compare`, so a change goes into the table and the files are regenerated.
 One config and one search space per task and model name (the variant in CONFIG_VARIANTS); the other
-variants (causal SPT, random init, ...) run from the study scripts, which read the table directly. The
+variants (causal SPT, random init, ...) run from the experiment scripts, which read the table directly. The
 embedded demo task (listops-mini) keeps its hand-written files.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 
 from sptune.config import STAGES
 from sptune.errors import UserError
-from sptune.studies import paper, settings
+from sptune.experiments import paper, settings
 
 # model name -> the recipe variant its files hold, first one the paper reports on the task: Table 1's
 # Transformers († rows, sinusoidal positions) on the LRA tasks, the rotary rows (Table 3) on the others.
@@ -35,8 +35,8 @@ DESCRIPTION = {
     "s4": "S4, HiPPO init (Gu et al.'s S4 configs, paper C.1.2; Tables 5-6)",
     "dlr": "DLR (paper C.1.3, official DLR layer; Tables 5, 7)",
 }
-GENERATED = ("# Generated from sptune/studies/paper.py (RECIPES[({task!r}, {variant!r})]) by\n"
-             "# `python -m sptune.studies.paper_files`: change the table there, not this file.\n")
+GENERATED = ("# Generated from sptune/experiments/paper.py (RECIPES[({task!r}, {variant!r})]) by\n"
+             "# `python -m sptune.experiments.paper_files`: change the table there, not this file.\n")
 SCI_KEYS = ("lr", "ssm_lr", "dt_min", "dt_max")  # written as 1.0e-3 (PyYAML reads "1e-3" as a string)
 
 
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                  if not (root / path).is_file() or (root / path).read_text() != text]
         if args.check:
             for path in paths:
-                print(f"differs from sptune/studies/paper.py: {path}")
+                print(f"differs from sptune/experiments/paper.py: {path}")
             return 1 if paths else 0
         for path in paths:
             (root / path).parent.mkdir(parents=True, exist_ok=True)

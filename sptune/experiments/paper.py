@@ -3,7 +3,7 @@
 Nothing here is ours: result tables are copied from the paper (values in %, BIDMC in R²), and the
 hyper-parameters (RECIPES) are the paper's Tables 4-6 and Appendix C.1-C.3, completed by the public
 configs it defers to (Gu et al.'s S4 configs, the official DLR layer, the paper's own repository), each
-value citing its source. This is the only copy: configs/, search_spaces/ and the study scripts derive
+value citing its source. This is the only copy: configs/, search_spaces/ and the experiment scripts derive
 from it.
 
 A value of None is a cell the paper leaves without a number: "x" (chance or infeasible, see each
@@ -150,8 +150,8 @@ TASK_COLUMN = {"listops": "Listops", "listops-lra": "Listops", "text": "Text", "
 
 # ----------------------------------------------------------------------------------------------------
 # Hyper-parameters: the ONE table of the paper's settings. configs/<task>_<model>.yaml and
-# search_spaces/<task>/<model>.yaml are generated from it (`python -m sptune.studies.paper_files`; a test
-# fails when a file drifts from it) and the study scripts read it through sptune.studies.settings.
+# search_spaces/<task>/<model>.yaml are generated from it (`python -m sptune.experiments.paper_files`; a test
+# fails when a file drifts from it) and the experiment scripts read it through sptune.experiments.settings.
 #
 # A Recipe is one model of the paper on one task: its architecture and weight decay, and per stage the
 # (lr, batch size) points to evaluate first (the first is the config's value) and the lr schedule. Sources,

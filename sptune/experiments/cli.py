@@ -1,0 +1,132 @@
+"""The command lines of the paper experiments: every script in studies/ (`main`) and `sptune report`.
+
+    python studies/lra_table.py --smoke-test                # an experiment script (see its header)
+    sptune report runs/experiments/lra_table                # a paper experiment (plan.json): table.md, CSVs, plots
+    sptune report runs/study-listops_mini_transformer      # a `sptune study` (study.json): table, results.csv,
+                                                           # Optuna's plots of each phase's search (plots/)
+    sptune report runs/seeds-shapes_tiny_transformer --plot docs/seeds-shapes-tiny.png   # a `study --seeds` dir
+
+The scripts take the search and resource flags of `sptune study` (sptune.tune.options); `sptune report`
+trains nothing: it reads plan.json and every cell's result files (a script writes the same report at
+its end; this regenerates it, e.g. after a resume or a change of layout), or a `sptune study`
+directory's run directories and Optuna journal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Callable
+
+from sptune import files, output
+from sptune.errors import UserError
+from sptune.experiments.plan import BACKENDS, Plan
+from sptune.experiments.run import CellProgress, cell_done, run_experiment
+from sptune.tune import options as search_options
+
+
+# ----------------------------------------------------------------------------- the scripts in studies/
+def parse_args(description: str, argv: list[str] | None = None,
+               extra: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--smoke-test", action="store_true",
+                        help="the whole experiment on the embedded tasks with tiny models (minutes on 2 CPU cores)")
+    parser.add_argument("--dir", help="experiment directory (default: runs/experiments/<experiment>[-smoke])")
+    parser.add_argument("--backend", choices=BACKENDS,
+                        help="tune: each cell a study, Ray Tune + Optuna search per stage (default); plain: the "
+                             "paper's values, no search (default with --smoke-test)")
+    parser.add_argument("--seeds", type=int, nargs="+", help="training seeds (an axis of every experiment)")
+    group = parser.add_argument_group("tune backend (the options of `sptune study`)")
+    search_options.add_options(group)
+    if extra is not None:
+        extra(parser)
+    args = parser.parse_args(argv)
+    args.backend = args.backend or ("plain" if args.smoke_test else "tune")
+    return args
+
+
+def main(experiment: str, build_plan: Callable[[argparse.Namespace], Plan], description: str,
+         argv: list[str] | None = None, extra: Callable[[argparse.ArgumentParser], None] | None = None) -> int:
+    """Entry point of every studies/*.py script: build the plan, run it, write the report."""
+    from sptune.experiments import report
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        args = parse_args(description, argv, extra)
+        plan = build_plan(args)
+        plan.backend, plan.smoke = args.backend, args.smoke_test
+        default = Path("runs") / "experiments" / (experiment + ("-smoke" if args.smoke_test else ""))
+        experiment_dir = Path(args.dir or default)
+        log_path = experiment_dir.resolve() / files.STUDY_LOG
+        # Ray, Tune and the trials print into the log; the terminal gets the cells' progress.
+        with output.captured(log_path, show_trials=False) as console:
+            console.line(f"{plan.title}: {len(plan.cells)} cells, backend {plan.backend} -> {experiment_dir}")
+            console.line(f"log: {log_path}")
+            finished = [c for c in plan.cells
+                        if cell_done(c, experiment_dir.resolve() / files.CELLS / c.key, plan.backend)]
+            if finished:
+                console.line(f"resuming: {len(finished)} of {len(plan.cells)} cells already finished, skipped")
+            progress = CellProgress(console, len(plan.cells), len(finished))
+            try:
+                failed = run_experiment(experiment_dir, plan, search_options.from_args(args), args.address,
+                                        on_cell=progress)
+            finally:
+                progress.close()
+            paths = report.write(experiment_dir)
+    except UserError as exc:
+        print(f"sptune: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+    print(f"table: {paths['table']}")
+    for png in paths["plots"]:
+        print(f"plot:  {png}")
+    print(f"log:   {log_path}")
+    if failed:
+        print(f"{len(failed)} cell(s) failed (see cells/<key>/{files.CELL_ERROR}): {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+# ----------------------------------------------------------------------------- sptune report
+def register(subparsers) -> None:
+    report = subparsers.add_parser(
+        "report", help="rebuild the table.md, results.csv and PNG plots of an experiment or a study (no training)",
+        description="Rebuild table.md, results.csv, summary.csv and the PNG plots of an experiment directory "
+                    "written by a script in studies/; for a `sptune study` directory: its table, results.csv "
+                    "and Optuna's plots of each phase (optimization history, parameter importances, slice); for "
+                    "a `sptune study --seeds` directory: the paired SPT - scratch table and its plot.")
+    report.add_argument("study_dir", metavar="dir",
+                        help="an experiment, study or multi-seed study directory (holds plan.json, study.json, "
+                             "or seeds.json)")
+    report.add_argument("--plot", metavar="PNG", help="seeds study: also write its plot here (e.g. the README's "
+                                                      "docs/seeds-shapes-tiny.png)")
+    report.set_defaults(func=cmd_report)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from sptune import api, seeds
+
+    if seeds.is_seeds_dir(args.study_dir):  # `sptune study --seeds ...`: the paired summary and its plot
+        out = seeds.report(args.study_dir, plot_path=args.plot)
+        print(out["text"])
+        print(f"table: {out['table']}\nper seed: {out['csv']}\nplot:  {out['plot']}")
+        return 0
+    from sptune.experiments import report
+
+    if (Path(args.study_dir) / files.STUDY).is_file():
+        table, pngs = api.report(args.study_dir)
+        print(table)
+        for png in pngs:
+            print(f"plot:  {png}")
+        return 0
+
+    paths = report.write(args.study_dir)
+    print(f"table: {paths['table']}")
+    print(f"trials: {paths['results']}")
+    for png in paths["plots"]:
+        print(f"plot:  {png}")
+    return 0

@@ -1,0 +1,192 @@
+"""Run a paper experiment: every unfinished cell of its plan, by one of two backends (`run_cell` picks):
+
+    tune   each cell is one study (sptune.tune.pipeline): each stage's nuisance hyper-parameters (the
+           cell's search space) are searched with Ray Tune + Optuna, finetuning starts from the best
+           pretraining trial. One Ray session (sptune.tune.session) serves the whole experiment.
+           Resume: Tuner.restore inside each unfinished cell.
+    plain  sptune.train.run_stage per stage at the search space's first point (the paper's reported
+           best, Tables 4-6), no search. Resume: a stage whose result.json is final is skipped, an
+           interrupted one continues from its last.pt. Used by the smoke tests: on 2 CPU cores Ray
+           costs ~15 s per cell (3 Tune phases), against < 1 s of training for a smoke cell.
+
+Layout of an experiment directory:
+    plan.json                the cells and how to tabulate them (written first; a rerun must match it)
+    cells/<key>/             plain: pretrain/, finetune/, scratch/ run directories
+                             tune:  a study directory (study.json, <stage>/<trial>/, tune/)
+    cells/<key>/error.txt    why a cell failed to run (it is retried on the next run)
+    results.csv, summary.csv, table.md, *.png    written by sptune.experiments.report
+    study.log                everything Ray and the runs printed (the terminal shows the cells' progress)
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, Callable
+
+from sptune import files, output
+from sptune.config import STAGES, load as load_config
+from sptune.errors import UserError
+from sptune.experiments.plan import BACKENDS, Cell, Plan, plain_point, repo_space, save_plan, study_space
+from sptune.tune import results
+from sptune.tune.options import Options
+from sptune.tune.session import ray_session
+
+log = logging.getLogger("sptune.experiments")
+
+
+# ----------------------------------------------------------------------------- plain backend
+def run_cell_plain(cell: Cell, cell_dir: Path) -> None:
+    from sptune import train
+
+    for stage in [s for s in STAGES if s in cell.stages]:
+        run_dir = cell_dir / stage
+        if files.finished_result(run_dir) is not None:
+            continue
+        init_from = None
+        if stage == "finetune":
+            if files.finished_result(cell_dir / "pretrain")["status"] == "failed":
+                continue  # nothing to finetune; the report shows the SPT arm as failed, with the reason
+            init_from = cell_dir / "pretrain"
+        space = cell.space if cell.space is not None else repo_space(cell)
+        cfg = load_config(None, list(cell.overrides) + plain_point(space, stage) + ["run.progress=false"],
+                          stage=stage)
+        train.run_stage(cfg, stage, init_from=init_from, run_dir=run_dir)
+
+
+def plain_rows(cell: Cell, cell_dir: Path) -> list[dict[str, Any]]:
+    rows = []
+    for stage in [s for s in STAGES if s in cell.stages]:
+        result = files.finished_result(cell_dir / stage)
+        if result is None:
+            continue
+        cfg = load_config(cell_dir / stage / files.CONFIG)
+        rows.append({"stage": stage, "trial_id": "plain", "selected": True, "selected_by": "no search",
+                     "devices": 1, "optim.lr": cfg.optim.lr, "optim.batch_size": cfg.optim.batch_size,
+                     **{k: result.get(k) for k in results.RESULT_KEYS}, "run_dir": str(cell_dir / stage)})
+    return rows
+
+
+def plain_done(cell: Cell, cell_dir: Path) -> bool:
+    finished = {s: files.finished_result(cell_dir / s) for s in cell.stages}
+    pretraining_failed = (finished.get("pretrain") or {}).get("status") == "failed"
+    return all(r is not None or (s == "finetune" and pretraining_failed) for s, r in finished.items())
+
+
+# ----------------------------------------------------------------------------- tune backend
+def run_cell_tune(cell: Cell, cell_dir: Path, options: Options) -> None:
+    from sptune.tune import pipeline
+
+    if not (cell_dir / files.STUDY).is_file():
+        cell_dir.mkdir(parents=True, exist_ok=True)
+        state = pipeline.create(None, list(cell.overrides), cell_dir, options=options,
+                                space=study_space(cell, cell_dir))
+        for phase in STAGES:
+            if phase not in cell.stages:
+                state["phases"][phase] = "skipped: not part of this experiment cell"
+        pipeline.save_state(cell_dir, state)
+    pipeline.run(cell_dir, verbose=0)
+
+
+def tune_done(cell_dir: Path) -> bool:
+    path = cell_dir / files.STUDY
+    if not path.is_file():
+        return False
+    phases = files.read_json(path).get("phases", {})
+    return all(str(phases.get(s, "")) == "done" or str(phases.get(s, "")).startswith("skipped") for s in STAGES)
+
+
+# ----------------------------------------------------------------------------- the experiment loop
+def cell_rows(cell: Cell, cell_dir: Path) -> list[dict[str, Any]]:
+    """Every trial of a cell, from whichever backend ran it (a study has study.json)."""
+    if not (cell_dir / files.STUDY).is_file():
+        return plain_rows(cell, cell_dir)
+    rows = results.collect(cell_dir)
+    for row in rows:
+        row.setdefault("devices", 1)
+    return rows
+
+
+def experiment_rows(experiment_dir: Path, plan: Plan) -> list[dict[str, Any]]:
+    """Every trial of every cell, with the cell's columns (experiment, cell, labels): the long-format results."""
+    rows = []
+    for cell in plan.cells:
+        for row in cell_rows(cell, experiment_dir / files.CELLS / cell.key):
+            row = {**cell.labels, **row, "experiment": plan.experiment, "cell": cell.key}
+            row["device_seconds"] = results.device_seconds(row) if row.get("train_seconds") is not None else 0.0
+            rows.append(row)
+    return rows
+
+
+def cell_columns(plan: Plan) -> list[str]:
+    """The columns an experiment's results.csv puts before a study's: experiment, cell, the cells' labels."""
+    return ["experiment", "cell", *dict.fromkeys(k for cell in plan.cells for k in cell.labels)]
+
+
+def cell_done(cell: Cell, cell_dir: Path, backend: str) -> bool:
+    return tune_done(cell_dir) if backend == "tune" else plain_done(cell, cell_dir)
+
+
+def run_cell(cell: Cell, cell_dir: Path, backend: str, options: Options) -> None:
+    """The one switch between the backends."""
+    if backend == "tune":
+        run_cell_tune(cell, cell_dir, options)
+    else:
+        run_cell_plain(cell, cell_dir)
+
+
+def run_experiment(experiment_dir: str | Path, plan: Plan, options: Options | None = None,
+                   address: str | None = None,
+                   on_cell: Callable[[Cell, str, float], None] | None = None) -> list[str]:
+    """Run every unfinished cell (finished ones are skipped: rerunning is resuming). Returns the keys of
+    cells that failed to run; their error is in cells/<key>/error.txt and they are retried next time.
+    `on_cell(cell, "done" | "failed", seconds)` is called after each cell that ran."""
+    if plan.backend not in BACKENDS:
+        raise UserError(f"--backend {plan.backend!r}; choose one of: {', '.join(BACKENDS)}")
+    experiment_dir = Path(experiment_dir).resolve()
+    experiment_dir.mkdir(parents=True, exist_ok=True)
+    save_plan(experiment_dir, plan)
+    options = options or Options()
+    failed = []
+    todo = [c for c in plan.cells if not cell_done(c, experiment_dir / files.CELLS / c.key, plan.backend)]
+    with ray_session(experiment_dir, address) if plan.backend == "tune" and todo else nullcontext():
+        for cell in todo:
+            cell_dir = experiment_dir / files.CELLS / cell.key
+            start = time.perf_counter()
+            try:
+                run_cell(cell, cell_dir, plan.backend, options)
+                (cell_dir / files.CELL_ERROR).unlink(missing_ok=True)
+            except Exception as exc:  # noqa: BLE001 - one broken cell must not stop the others
+                cell_dir.mkdir(parents=True, exist_ok=True)
+                (cell_dir / files.CELL_ERROR).write_text(f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}")
+                failed.append(cell.key)
+                log.error("cell %s failed: %s", cell.key, exc)
+            if on_cell is not None:
+                on_cell(cell, "failed" if cell.key in failed else "done", time.perf_counter() - start)
+    return failed
+
+
+class CellProgress:
+    """Cells done / total on the experiment's console, with an ETA from the cells finished in this run:
+    a bar on a terminal, and one line per finished cell."""
+
+    def __init__(self, console: output.Console, total: int, finished: int):
+        self.console, self.total, self.done, self.ran = console, total, finished, 0
+        self.start = time.monotonic()
+        self.bar = console.bar(total, f"cells {finished}/{total}", initial=finished)
+
+    def __call__(self, cell: Cell, status: str, seconds: float) -> None:
+        self.done, self.ran = self.done + 1, self.ran + 1
+        eta = output.eta(time.monotonic() - self.start, self.ran, self.total - self.done)
+        self.console.line(f"[{self.done}/{self.total}] {cell.key}: {status} in {seconds:.0f} s"
+                          + (f"  (ETA {eta})" if self.done < self.total else ""))
+        if self.bar is not None:
+            self.bar.set_description_str(f"cells {self.done}/{self.total}", refresh=False)
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

@@ -1,0 +1,58 @@
+"""How a study's searches run: one option set and one set of flag names for every entry point
+(`sptune study`, sptune.api.run_study, the paper-experiment scripts in studies/).
+
+None means "the search-space file's value, else the default" (sptune.tune.pipeline.resolve_options).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, fields
+
+from sptune.tune.loggers import LOGGERS
+from sptune.tune.trainable import PATHS
+
+
+@dataclass
+class Options:
+    num_samples: int | None = None
+    max_concurrent: int | None = None
+    workers: int | None = None
+    cpus_per_worker: float | None = None
+    gpus_per_worker: float | None = None
+    asha: bool | None = None
+    sampler: str | None = None
+    seed: int | None = None
+    max_failures: int = 2
+    train_path: str = "auto"  # "auto" | "direct" | "train"
+    smoke: bool = False  # `sptune study --smoke`: tiny model, 8 steps, 2 trials per stage
+    logger: str = "tensorboard"  # experiment tracker (sptune.tune.loggers)
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """The search and resource flags (every field of Options but `smoke`) and --address."""
+    defaults = Options()
+    parser.add_argument("--num-samples", type=int, metavar="N", help="trials per stage (capped at a grid's size)")
+    parser.add_argument("--max-concurrent", type=int, metavar="N", help="trials running at once")
+    parser.add_argument("--workers", type=int, metavar="N", help="Ray Train workers per trial (DDP when > 1)")
+    parser.add_argument("--cpus-per-worker", type=float, metavar="C", help="CPUs per trial worker")
+    parser.add_argument("--gpus-per-worker", type=float, metavar="G", help="GPUs per trial worker")
+    parser.add_argument("--asha", action=argparse.BooleanOptionalAction, default=None,
+                        help="ASHA early stopping on our own step counter (default: the search space's setting)")
+    parser.add_argument("--sampler", choices=("auto", "brute", "tpe"),
+                        help="Optuna sampler (auto: brute force for categorical grids, TPE otherwise)")
+    parser.add_argument("--seed", type=int, help="sampler seed")
+    parser.add_argument("--max-failures", type=int, default=defaults.max_failures,
+                        help="retries of a crashed trial (from its checkpoint)")
+    parser.add_argument("--train-path", choices=PATHS, default=defaults.train_path,
+                        help="direct: run in the Tune trial; train: Ray Train TorchTrainer (auto: direct for one "
+                             "CPU worker)")
+    parser.add_argument("--address", help="Ray cluster to join (default: start a local Ray instance)")
+    parser.add_argument("--logger", choices=LOGGERS, default=defaults.logger,
+                        help="experiment tracker: every trial a run with its config, lineage and evals "
+                             "(wandb, mlflow: pip install 'sptune[wandb]' / 'sptune[mlflow]')")
+
+
+def from_args(args: argparse.Namespace) -> Options:
+    """The Options of parsed flags (`smoke` from --smoke where the command has it)."""
+    return Options(**{f.name: getattr(args, f.name) for f in fields(Options) if hasattr(args, f.name)})
