@@ -192,10 +192,14 @@ def main() -> None:
     parser.add_argument("--d-state", type=int, default=64, help="S4 state size N (DLR uses --dlr-state)")
     parser.add_argument("--dlr-state", type=int, default=1024)
     parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch intra-op threads (default: torch's); 1 is steadier on a shared machine")
     parser.add_argument("--reference-repo", type=Path, default=os.environ.get("S4_REFERENCE_REPO"),
                         help="root of a state-spaces/s4 checkout (default: $S4_REFERENCE_REPO)")
     args = parser.parse_args()
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     s4_module = import_s4_reference(Path(args.reference_repo)) if args.reference_repo else None
     H = args.d_model
     print(f"threads {torch.get_num_threads()}, H={H}, N={args.d_state} (DLR N={args.dlr_state}), B={args.batch}, "

@@ -57,8 +57,7 @@ class SSMConvBlock(nn.Module):
     def forward(self, x):
         """x (B, L, H) -> (B, L, H), the SSM applied as a global convolution."""
         u = x.transpose(-1, -2)  # (B, H, L)
-        y = ssm.fft_conv(u, self.kernel(u.size(-1)))  # (B, H, L)
-        return self._output(y + self.D[:, None] * u)
+        return self._output(ssm.fft_conv(u, self.kernel(u.size(-1)), self.D))  # (B, H, L) -> (B, L, H)
 
     def step_forward(self, x):
         """Same output as forward, computed by running the recurrence step by step (for tests).
