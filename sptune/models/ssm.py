@@ -156,6 +156,12 @@ def bilinear(dt, A, B):
 # Kernels
 
 
+def chunk_shape(L: int) -> tuple[int, int]:
+    """(J, T) with l = j T + t for l < L: T = ceil(sqrt(L)) fine powers, J = ceil(L / T) coarse ones."""
+    T = math.isqrt(L - 1) + 1 if L > 1 else 1
+    return -(-L // T), T
+
+
 def power_chunks(log_x, L: int):
     """x^l for l < L split as x^(jT + t) = x^(jT) x^t: coarse (..., J) and fine (..., T) powers, J T >= L.
 
@@ -164,8 +170,7 @@ def power_chunks(log_x, L: int):
     multiplication), but only J + T ~ 2 sqrt(L) exponentials are taken per x instead of L: the (.., L) table
     is never exponentiated element by element.
     """
-    T = math.isqrt(L - 1) + 1 if L > 1 else 1
-    J = -(-L // T)
+    J, T = chunk_shape(L)
     step = torch.arange(max(J, T), device=log_x.device, dtype=log_x.real.dtype)
     coarse = torch.exp(log_x.unsqueeze(-1) * (T * step[:J]))  # (..., J)
     fine = torch.exp(log_x.unsqueeze(-1) * step[:T])  # (..., T)
@@ -255,23 +260,29 @@ def dlr_kernel(log_lambda, W, L: int):
 # ----------------------------------------------------------------------------------------------------
 # FLOPs of kernel generation (forward, real flops), priced here because they are complex arithmetic that
 # torch's FlopCounterMode prices as real (matmuls) or not at all (elementwise ops, pykeops, linalg.solve);
-# sptune.flops adds them to the counted FLOPs. A complex multiply is 4 real multiplies + 2 adds, a complex
-# multiply-accumulate one more complex add; a complex exponential or reciprocal is priced as one complex
-# multiply (what x^l = x^(l-1) x or conj(z) / |z|^2 cost). The kernels' FFTs are FFT ops: the counter
+# sptune.flops adds them to the counted FLOPs (the real matmuls of the diagonal and DLR kernels are
+# counted by the counter itself, forward and backward). A complex multiply is 4 real multiplies + 2 adds,
+# a complex multiply-accumulate one more complex add; a complex exponential or reciprocal is priced as one
+# complex multiply (what x^l = x^(l-1) x or conj(z) / |z|^2 cost). The kernels' FFTs are FFT ops: the counter
 # counts those (sptune.flops). Terms of order H N (discretization) or c H L (Woodbury) are left out.
 COMPLEX_MUL = 6
 COMPLEX_MAC = 8
 
 
 def diag_kernel_flops(channels: int, H: int, N: int, L: int) -> float:
-    """diag_kernel (S4D Vandermonde): the (H, N, L) power table dA^l, then sum_n (C dB)[c,h,n] dA[h,n]^l.
+    """diag_kernel (S4D), what the counter does not see: the J + T chunk powers exp(l dt A) per (h, n) and
+    the products 2 C dB dA^(jT) for each channel. Its contraction is a real bmm, which the counter counts.
     N = stored conjugate pairs."""
-    return H * N * L * (COMPLEX_MUL + channels * COMPLEX_MAC)
+    J, T = chunk_shape(L)
+    return H * N * (J + T + channels * J) * COMPLEX_MUL
 
 
 def dlr_kernel_flops(channels: int, H: int, N: int, L: int) -> float:
-    """dlr_kernel: the (N, L) power table Lambda^l (Lambda shared across H), then W (cH, N) @ (N, L)."""
-    return COMPLEX_MUL * N * L + COMPLEX_MAC * channels * H * N * L
+    """dlr_kernel, what the counter does not see: the (N, L) power table Lambda^l as outer products of the
+    J + T chunk powers (one complex multiply per entry). The matmul [Re W, -Im W] @ [Re P; Im P] is real
+    and counted (channels and H do not enter here)."""
+    J, T = chunk_shape(L)
+    return COMPLEX_MUL * N * (L + J + T)
 
 
 def dplr_kernel_flops(channels: int, H: int, N: int, L: int) -> float:
