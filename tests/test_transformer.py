@@ -270,3 +270,31 @@ def test_auto_backend_uses_flash_for_half_inputs_only(monkeypatch):
     assert calls == []  # fp32 under "auto": SDPA, the numerics the user asked for
     y = layer.to(torch.bfloat16)(x.to(torch.bfloat16))
     assert calls == [torch.bfloat16] and y.dtype == torch.bfloat16
+
+
+class AttentionOps(TorchDispatchMode):
+    """Records the attention / softmax ops that run."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func.overloadpacket)
+        if "attention" in name or "softmax" in name:
+            self.ops.add(name)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("attention", ["full", "block"])
+def test_cpu_fp32_training_takes_the_fused_sdpa_kernel(causal, attention):
+    """No dropout: forward and backward run torch's fused CPU flash kernel, never an explicit softmax over
+    (B, H, L, L) scores (a mask, is_causal or layout change must not push SDPA to its math path)."""
+    layer = SelfAttention(D, H, causal=causal, attention=attention, block_size=8).train()
+    x = torch.randn(2, 32, D, requires_grad=True)
+    recorder = AttentionOps()
+    with recorder:
+        layer(x).sum().backward()
+    assert recorder.ops == {"aten._scaled_dot_product_flash_attention_for_cpu",
+                            "aten._scaled_dot_product_flash_attention_for_cpu_backward"}

@@ -243,6 +243,9 @@ class SelfAttention(nn.Module):
             q, k = self.rotary(q, k)  # absolute positions 0..L-1, before any blocking
         dropout_p = self.dropout if self.training else 0.0
         flash = self._use_flash(q)  # q, not x: under autocast the projections already run in half precision
+        if dropout_p > 0 and not flash and not is_cuda(q):
+            # torch's fused CPU kernel has no dropout: SDPA falls back to its math path
+            _log_once(logging.INFO, "attention dropout > 0 in training: SDPA's CPU math path, (B, H, L, L) scores")
         if self.attention == "block":
             y = block_attention(q, k, v, self.block_size, self.causal, dropout_p, flash)  # (B, H, L, hd)
         else:
