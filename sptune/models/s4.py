@@ -57,7 +57,11 @@ class SSMConvBlock(nn.Module):
     def forward(self, x):
         """x (B, L, H) -> (B, L, H), the SSM applied as a global convolution."""
         u = x.transpose(-1, -2)  # (B, H, L)
-        return self._output(ssm.fft_conv(u, self.kernel(u.size(-1)), self.D))  # (B, H, L) -> (B, L, H)
+        # The kernel in the parameters' precision even under bf16 autocast: its real matmuls would otherwise
+        # run in bf16, and powers dA^l up to l = L need more than bf16's 8 bits.
+        with torch.autocast(u.device.type, enabled=False):
+            k = self.kernel(u.size(-1))  # (c, H, L)
+        return self._output(ssm.fft_conv(u, k, self.D))  # (B, H, L) -> (B, L, H)
 
     def step_forward(self, x):
         """Same output as forward, computed by running the recurrence step by step (for tests).

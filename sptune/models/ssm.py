@@ -236,7 +236,7 @@ class _DLRKernel(torch.autograd.Function):
         table, W_cat = ctx.saved_tensors
         L = table.size(-1)
         l = torch.arange(L, device=table.device, dtype=table.dtype)
-        grad_k = grad_k.reshape(-1, L)  # (c H, L)
+        grad_k = grad_k.reshape(-1, L).to(table.dtype)  # (c H, L)
         both = torch.cat([grad_k, grad_k * l], dim=0) @ table.T  # (2 c H, 2N): [G; l G] P^T
         grad_W, M = both.chunk(2, dim=0)  # (c H, 2N) each
         w_re, w_im = W_cat.reshape(-1, W_cat.size(-1)).chunk(2, dim=-1)  # (c H, N) each
