@@ -233,8 +233,8 @@ def main() -> None:
             ratio = ours_s / ref_s
             verdict = "-" if target is None else ("PASS" if ratio <= target else "MISS")
             target_text = "-" if target is None else f"<= {target:.2f}"
-            print(f"{mode:9s} {L:6d} {ours_s:9.4f} {ref_s:9.4f} {ratio:6.2f} {target_text:>8s}  {verdict:4s} {ref_name}",
-                  flush=True)
+            print(f"{mode:9s} {L:6d} {ours_s:9.4f} {ref_s:9.4f} {ratio:6.2f} {target_text:>8s}  {verdict:4s} "
+                  f"{ref_name}", flush=True)
 
 
 if __name__ == "__main__":
