@@ -219,7 +219,7 @@ class _DLRKernel(torch.autograd.Function):
     Autograd through the power table would keep and revisit every elementwise step of its construction;
     the gradient of log Lambda = alpha + i beta has a closed form that needs no pass over (2N, L) at all.
     d Lambda^l / d alpha = l Lambda^l and d Lambda^l / d beta = i l Lambda^l give, with G = dL/dK and
-    M = (l G) @ P^T (c H, 2N), m = [M_re, M_im] (the halves of M's last axis, likewise w_re, w_im of W_cat):
+    M = (l G) @ P^T (c H, 2N) with halves M_re, M_im along its last axis (likewise w_re, w_im of W_cat):
         dL/d alpha_n = sum_ch (w_re M_re + w_im M_im)[ch, n]
         dL/d beta_n  = sum_ch (w_im M_re - w_re M_im)[ch, n]
     so the backward is one matmul [G; l G] @ P^T, the same flops as dL/dW plus dL/dP.
