@@ -68,6 +68,38 @@ def test_diag_kernel_matches_naive_powers(disc):
     assert rel_err(k, ssm_minimal.diag_kernel(dt, A, B, C, 50, disc=disc)) < 1e-10
 
 
+@pytest.mark.parametrize("L", [1, 2, 17, 64, 300])  # T = ceil(sqrt(L)) need not divide L
+def test_power_chunks_cover_every_power(L):
+    log_x = torch.tensor([-0.01 + 2.5j, -0.3 - 0.7j], dtype=torch.complex128)  # (2,)
+    coarse, fine = ssm.power_chunks(log_x, L)  # (2, J), (2, T)
+    J, T = coarse.size(-1), fine.size(-1)
+    assert J * T >= L and (J - 1) * T < L  # no whole chunk past the end
+    powers = (coarse.unsqueeze(-1) * fine.unsqueeze(-2)).reshape(2, -1)[:, :L]  # (2, L)
+    expected = torch.exp(log_x.unsqueeze(-1) * torch.arange(L, dtype=torch.float64))  # (2, L)
+    assert torch.allclose(powers, expected, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("L", [1, 2, 17, 300])
+def test_diag_kernel_any_length_matches_naive_powers(L):
+    dt, A, _, B, C = random_system(seed=L)
+    k = ssm.diag_kernel(dt, A, B, C, L)
+    assert k.shape == (2, 3, L)
+    assert rel_err(k, ssm_minimal.diag_kernel(dt, A, B, C, L)) < 1e-10
+
+
+def test_diag_kernel_gradients_match_naive_powers():
+    dt, A, _, B, C = random_system()
+    params = [t.clone().requires_grad_() for t in (dt, A, B, C)]
+    weights = torch.randn(2, 3, 45, dtype=torch.float64)  # a generic linear functional of K
+    (ssm.diag_kernel(*params, 45) * weights).sum().backward()
+    fast = [p.grad for p in params]
+    for p in params:
+        p.grad = None
+    (ssm_minimal.diag_kernel(*params, 45) * weights).sum().backward()
+    for got, want in zip(fast, [p.grad for p in params]):
+        assert rel_err(got, want) < 1e-10
+
+
 @pytest.mark.parametrize("L", [1, 37, 64])  # odd L has no Nyquist bin, even L does
 def test_dplr_kernel_matches_dense_definition(L):
     dt, A, P, B, C = random_system(seed=L)
@@ -100,6 +132,31 @@ def test_dlr_kernel_matches_naive_loop():
     k = ssm.dlr_kernel(log_lambda, W, 70)
     assert k.shape == (2, 3, 70)
     assert rel_err(k, ssm_minimal.dlr_kernel(log_lambda, W, 70)) < 1e-10
+
+
+def test_dlr_kernel_gradients_match_naive_loop():
+    """_DLRKernel's closed-form backward equals autograd through the definition (Lambda^l by products)."""
+    g = torch.Generator().manual_seed(1)
+    re = (-0.1 * torch.rand(12, dtype=torch.float64, generator=g)).requires_grad_()
+    im = (2 * math.pi * torch.rand(12, dtype=torch.float64, generator=g)).requires_grad_()
+    W = torch.randn(2, 3, 12, dtype=torch.complex128, generator=g).requires_grad_()
+    weights = torch.randn(2, 3, 41, dtype=torch.float64, generator=g)  # a generic linear functional of K
+    (ssm.dlr_kernel(torch.complex(re, im), W, 41) * weights).sum().backward()
+    fast = [p.grad for p in (re, im, W)]
+    for p in (re, im, W):
+        p.grad = None
+    (ssm_minimal.dlr_kernel(torch.complex(re, im), W, 41) * weights).sum().backward()
+    for got, want in zip(fast, [p.grad for p in (re, im, W)]):
+        assert rel_err(got, want) < 1e-10
+
+
+@pytest.mark.parametrize("channels", [1, 2])
+def test_fft_conv_skip_is_kernel_tap_zero(channels):
+    g = torch.Generator().manual_seed(0)
+    u = torch.randn(2, 3, 16, dtype=torch.float64, generator=g)  # (B, H, L)
+    k = torch.randn(channels, 3, 16, dtype=torch.float64, generator=g)  # (c, H, L)
+    D = torch.randn(3, dtype=torch.float64, generator=g)  # (H,)
+    assert torch.allclose(ssm.fft_conv(u, k, D), ssm.fft_conv(u, k) + D[:, None] * u, atol=1e-12)
 
 
 def test_fft_conv_is_direct_convolution():

@@ -226,3 +226,75 @@ def test_dropout_only_in_training():
     torch.testing.assert_close(layer(x), layer(x))
     layer.train()
     assert not torch.allclose(layer(x), layer(x))
+
+
+def fake_flash_attn(calls):
+    """Stands in for flash_attn_func on CPU: checks its contract (half precision, (B, L, H, hd) layout,
+    bottom-right causal) and computes the same attention in fp32."""
+
+    def flash(q, k, v, dropout_p, causal):
+        assert q.dtype in (torch.float16, torch.bfloat16) and k.dtype == v.dtype == q.dtype
+        calls.append(q.dtype)
+        q, k, v = (t.float().transpose(1, 2) for t in (q, k, v))  # (B, H, L, hd)
+        Lq, Lk = q.shape[-2], k.shape[-2]
+        mask = torch.ones(Lq, Lk, dtype=torch.bool)
+        if causal:
+            mask = mask.tril(diagonal=Lk - Lq)
+        return naive_attention(q, k, v, mask).transpose(1, 2).to(calls[-1])  # (B, L, H, hd)
+
+    return flash
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("attention", ["full", "block"])
+def test_flash_request_casts_fp32_to_half_around_the_call(monkeypatch, causal, attention):
+    calls = []
+    monkeypatch.setattr(transformer, "flash_attn_func", fake_flash_attn(calls))
+    monkeypatch.setattr(transformer, "is_cuda", lambda t: True)  # no GPU here: pretend q is on one
+    torch.manual_seed(0)
+    layer = SelfAttention(D, H, causal=causal, attention=attention, block_size=4, backend="flash")
+    x = torch.randn(2, 10, D)
+    y = layer(x)
+    assert y.dtype == torch.float32 and calls and set(calls) == {torch.float16}
+    mask = neighbour_mask(10, 4, causal) if attention == "block" else full_mask(10, causal)
+    torch.testing.assert_close(y, naive_self_attention(layer, x, mask), atol=5e-3, rtol=5e-3)  # fp16 rounding
+
+
+def test_auto_backend_uses_flash_for_half_inputs_only(monkeypatch):
+    calls = []
+    monkeypatch.setattr(transformer, "flash_attn_func", fake_flash_attn(calls))
+    monkeypatch.setattr(transformer, "is_cuda", lambda t: True)
+    layer = SelfAttention(D, H)
+    x = torch.randn(1, 6, D)
+    layer(x)
+    assert calls == []  # fp32 under "auto": SDPA, the numerics the user asked for
+    y = layer.to(torch.bfloat16)(x.to(torch.bfloat16))
+    assert calls == [torch.bfloat16] and y.dtype == torch.bfloat16
+
+
+class AttentionOps(TorchDispatchMode):
+    """Records the attention / softmax ops that run."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func.overloadpacket)
+        if "attention" in name or "softmax" in name:
+            self.ops.add(name)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("attention", ["full", "block"])
+def test_cpu_fp32_training_takes_the_fused_sdpa_kernel(causal, attention):
+    """No dropout: forward and backward run torch's fused CPU flash kernel, never an explicit softmax over
+    (B, H, L, L) scores (a mask, is_causal or layout change must not push SDPA to its math path)."""
+    layer = SelfAttention(D, H, causal=causal, attention=attention, block_size=8).train()
+    x = torch.randn(2, 32, D, requires_grad=True)
+    recorder = AttentionOps()
+    with recorder:
+        layer(x).sum().backward()
+    assert recorder.ops == {"aten._scaled_dot_product_flash_attention_for_cpu",
+                            "aten._scaled_dot_product_flash_attention_for_cpu_backward"}

@@ -14,6 +14,8 @@ parameter values, including the random init of Appendix C.1.3.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -29,6 +31,13 @@ RANDOM_INIT_STD = 0.1  # Appendix C.1.3: "random normal values and standard devi
 def tag_ssm_param(param: nn.Parameter, ssm_lr: float | None) -> None:
     """Mark an SSM parameter for the optimizer (s4 convention): own lr and no weight decay."""
     param._optim = {"weight_decay": 0.0} if ssm_lr is None else {"lr": ssm_lr, "weight_decay": 0.0}
+
+
+def without_autocast(device: torch.device):
+    """Autocast switched off on `device` if it is on there (meta tensors, as in sptune.flops, have none)."""
+    if device.type in ("cpu", "cuda") and torch.is_autocast_enabled(device.type):
+        return torch.autocast(device.type, enabled=False)
+    return contextlib.nullcontext()
 
 
 class SSMConvBlock(nn.Module):
@@ -57,8 +66,11 @@ class SSMConvBlock(nn.Module):
     def forward(self, x):
         """x (B, L, H) -> (B, L, H), the SSM applied as a global convolution."""
         u = x.transpose(-1, -2)  # (B, H, L)
-        y = ssm.fft_conv(u, self.kernel(u.size(-1)))  # (B, H, L)
-        return self._output(y + self.D[:, None] * u)
+        # The kernel in the parameters' precision even under bf16 autocast: its real matmuls would otherwise
+        # run in bf16, and powers dA^l up to l = L need more than bf16's 8 bits.
+        with without_autocast(u.device):
+            k = self.kernel(u.size(-1))  # (c, H, L)
+        return self._output(ssm.fft_conv(u, k, self.D))  # (B, H, L) -> (B, L, H)
 
     def step_forward(self, x):
         """Same output as forward, computed by running the recurrence step by step (for tests).

@@ -156,14 +156,25 @@ def bilinear(dt, A, B):
 # Kernels
 
 
-def vandermonde(v, log_x, L: int):
-    """sum_n v[..., n] exp(log_x[..., n] * l) for l < L, i.e. v . x^l without ever forming a power.
+def chunk_shape(L: int) -> tuple[int, int]:
+    """(J, T) with l = j T + t for l < L: T = ceil(sqrt(L)) fine powers, J = ceil(L / T) coarse ones."""
+    T = math.isqrt(L - 1) + 1 if L > 1 else 1
+    return -(-L // T), T
 
-    v (..., H, N), log_x (H, N) -> (..., H, L) complex.
+
+def power_chunks(log_x, L: int):
+    """x^l for l < L split as x^(jT + t) = x^(jT) x^t: coarse (..., J) and fine (..., T) powers, J T >= L.
+
+    log_x (...) complex -> coarse (..., J), fine (..., T) with T = ceil(sqrt(L)), J = ceil(L / T).
+    Every power is exp(l log x) of an exact multiple l (no error accumulates along l, unlike repeated
+    multiplication), but only J + T ~ 2 sqrt(L) exponentials are taken per x instead of L: the (.., L) table
+    is never exponentiated element by element.
     """
-    l = torch.arange(L, device=v.device, dtype=v.real.dtype)
-    powers = torch.exp(log_x.unsqueeze(-1) * l)  # (H, N, L)
-    return torch.einsum("...hn,hnl->...hl", v, powers)
+    J, T = chunk_shape(L)
+    step = torch.arange(max(J, T), device=log_x.device, dtype=log_x.real.dtype)
+    coarse = torch.exp(log_x.unsqueeze(-1) * (T * step[:J]))  # (..., J)
+    fine = torch.exp(log_x.unsqueeze(-1) * step[:T])  # (..., T)
+    return coarse, fine
 
 
 def diag_kernel(dt, A, B, C, L: int, disc: str = "zoh"):
@@ -172,43 +183,105 @@ def diag_kernel(dt, A, B, C, L: int, disc: str = "zoh"):
     dt (H,) real, A, B (H, N) complex, C (c, H, N) complex -> K (c, H, L) real.
     The factor 2 Re accounts for the conjugate member of each pair. dA^l = exp(l log dA): for ZOH
     log dA = dt A exactly; for bilinear any branch of the log gives the same integer powers.
+
+    With l = jT + t (power_chunks), K[c, h, jT + t] = 2 Re sum_n (v dA^(jT))[c,h,n,j] dA^t[h,n,t], v = C dB:
+    per channel h one real matmul (c J, 2N) @ (2N, T) over [Re, -Im] and [Re; Im] (only the real part is
+    needed, so half of a complex product), and no (H, N, L) tensor is ever formed.
     """
     dA, dB = discretize_diag(dt, A, B, disc)  # (H, N)
     log_dA = dt[:, None] * A if disc == "zoh" else torch.log(dA)
-    return 2 * vandermonde(C * dB, log_dA, L).real  # (c, H, L)
+    coarse, fine = power_chunks(log_dA, L)  # (H, N, J), (H, N, T)
+    left = (2 * C * dB).unsqueeze(-1) * coarse  # (c, H, N, J): 2 v dA^(jT)
+    left = torch.cat([left.real, -left.imag], dim=-2)  # (c, H, 2N, J)
+    right = torch.cat([fine.real, fine.imag], dim=-2)  # (H, 2N, T)
+    k = torch.einsum("chnj,hnt->chjt", left, right)  # (c, H, J, T)
+    return k.reshape(*k.shape[:2], -1)[..., :L]  # (c, H, L)
+
+
+def dlr_power_table(log_lambda, L: int):
+    """[Re Lambda^l; Im Lambda^l] (2N, L) real from log_lambda (N,) complex, by outer products of power_chunks.
+
+    Lambda^(jT + t) = c_j f_t (complex product): Re = Re c Re f - Im c Im f, Im = Im c Re f + Re c Im f,
+    written as one batched (J, 2) @ (2, T) product per row, so each table entry is written once and no
+    exponential is taken per entry.
+    """
+    coarse, fine = power_chunks(log_lambda, L)  # (N, J), (N, T)
+    rows = torch.cat([torch.stack([coarse.real, -coarse.imag], dim=-1),
+                      torch.stack([coarse.imag, coarse.real], dim=-1)], dim=0)  # (2N, J, 2)
+    cols = torch.stack([fine.real, fine.imag], dim=-2).repeat(2, 1, 1)  # (2N, 2, T)
+    table = torch.bmm(rows, cols)  # (2N, J, T)
+    return table.reshape(table.size(0), -1)[:, :L]  # (2N, L)
+
+
+class _DLRKernel(torch.autograd.Function):
+    """K = W_cat @ P with W_cat = [Re W, -Im W] (c, H, 2N) and P = [Re Lambda^l; Im Lambda^l] (2N, L).
+
+    Autograd through the power table would keep and revisit every elementwise step of its construction;
+    the gradient of log Lambda = alpha + i beta has a closed form that needs no pass over (2N, L) at all.
+    d Lambda^l / d alpha = l Lambda^l and d Lambda^l / d beta = i l Lambda^l give, with G = dL/dK and
+    M = (l G) @ P^T (c H, 2N) with halves M_re, M_im along its last axis (likewise w_re, w_im of W_cat):
+        dL/d alpha_n = sum_ch (w_re M_re + w_im M_im)[ch, n]
+        dL/d beta_n  = sum_ch (w_im M_re - w_re M_im)[ch, n]
+    so the backward is one matmul [G; l G] @ P^T, the same flops as dL/dW plus dL/dP.
+    """
+
+    @staticmethod
+    def forward(ctx, log_lambda_re, log_lambda_im, W_cat, L: int):
+        table = dlr_power_table(torch.complex(log_lambda_re, log_lambda_im), L)  # (2N, L)
+        ctx.save_for_backward(table, W_cat)
+        return W_cat @ table  # (c, H, 2N) @ (2N, L) -> (c, H, L)
+
+    @staticmethod
+    def backward(ctx, grad_k):  # grad_k (c, H, L)
+        table, W_cat = ctx.saved_tensors
+        L = table.size(-1)
+        l = torch.arange(L, device=table.device, dtype=table.dtype)
+        grad_k = grad_k.reshape(-1, L).to(table.dtype)  # (c H, L)
+        both = torch.cat([grad_k, grad_k * l], dim=0) @ table.T  # (2 c H, 2N): [G; l G] P^T
+        grad_W, M = both.chunk(2, dim=0)  # (c H, 2N) each
+        w_re, w_im = W_cat.reshape(-1, W_cat.size(-1)).chunk(2, dim=-1)  # (c H, N) each
+        M_re, M_im = M.chunk(2, dim=-1)  # (c H, N) each
+        grad_re = (w_re * M_re + w_im * M_im).sum(0)  # (N,)
+        grad_im = (w_im * M_re - w_re * M_im).sum(0)  # (N,)
+        return grad_re, grad_im, grad_W.reshape(W_cat.shape), None
 
 
 def dlr_kernel(log_lambda, W, L: int):
     """DLR kernel (Eq. 3 unrolled): K[c, h, l] = Re(sum_n W[c,h,n] Lambda_n^l), Lambda_n = exp(log_lambda_n).
 
     log_lambda (N,) complex, W (c, H, N) complex -> K (c, H, L) real. Lambda is shared across H (as in
-    ag1988/dlr), so the kernel is one complex matmul (c H, N) @ (N, L).
+    ag1988/dlr), so the kernel is one matmul (c H, N) @ (N, L). Only its real part is needed: Re(W P) =
+    [Re W, -Im W] @ [Re P; Im P], one real matmul with half the flops of the complex one.
     """
-    l = torch.arange(L, device=W.device, dtype=W.real.dtype)
-    powers = torch.exp(log_lambda.unsqueeze(-1) * l)  # (N, L)
-    return (W @ powers).real  # (c, H, L)
+    W_cat = torch.cat([W.real, -W.imag], dim=-1)  # (c, H, 2N)
+    return _DLRKernel.apply(log_lambda.real, log_lambda.imag, W_cat, L)  # (c, H, L)
 
 
 # ----------------------------------------------------------------------------------------------------
 # FLOPs of kernel generation (forward, real flops), priced here because they are complex arithmetic that
 # torch's FlopCounterMode prices as real (matmuls) or not at all (elementwise ops, pykeops, linalg.solve);
-# sptune.flops adds them to the counted FLOPs. A complex multiply is 4 real multiplies + 2 adds, a complex
-# multiply-accumulate one more complex add; a complex exponential or reciprocal is priced as one complex
-# multiply (what x^l = x^(l-1) x or conj(z) / |z|^2 cost). The kernels' FFTs are FFT ops: the counter
+# sptune.flops adds them to the counted FLOPs (the real matmuls of the diagonal and DLR kernels are
+# counted by the counter itself, forward and backward). A complex multiply is 4 real multiplies + 2 adds,
+# a complex multiply-accumulate one more complex add; a complex exponential or reciprocal is priced as one
+# complex multiply (what x^l = x^(l-1) x or conj(z) / |z|^2 cost). The kernels' FFTs are FFT ops: the counter
 # counts those (sptune.flops). Terms of order H N (discretization) or c H L (Woodbury) are left out.
 COMPLEX_MUL = 6
 COMPLEX_MAC = 8
 
 
 def diag_kernel_flops(channels: int, H: int, N: int, L: int) -> float:
-    """diag_kernel (S4D Vandermonde): the (H, N, L) power table dA^l, then sum_n (C dB)[c,h,n] dA[h,n]^l.
+    """diag_kernel (S4D), what the counter does not see: the J + T chunk powers exp(l dt A) per (h, n) and
+    the products 2 C dB dA^(jT) for each channel. Its contraction is a real bmm, which the counter counts.
     N = stored conjugate pairs."""
-    return H * N * L * (COMPLEX_MUL + channels * COMPLEX_MAC)
+    J, T = chunk_shape(L)
+    return H * N * (J + T + channels * J) * COMPLEX_MUL
 
 
 def dlr_kernel_flops(channels: int, H: int, N: int, L: int) -> float:
-    """dlr_kernel: the (N, L) power table Lambda^l (Lambda shared across H), then W (cH, N) @ (N, L)."""
-    return COMPLEX_MUL * N * L + COMPLEX_MAC * channels * H * N * L
+    """dlr_kernel, what the counter does not see: the J + T chunk powers of each Lambda_n. The power table
+    (a bmm of the chunks) and the matmul [Re W, -Im W] @ [Re P; Im P] are real and counted."""
+    J, T = chunk_shape(L)
+    return COMPLEX_MUL * N * (J + T)
 
 
 def dplr_kernel_flops(channels: int, H: int, N: int, L: int) -> float:
@@ -320,20 +393,23 @@ def dplr_kernel(dt, A, P, B, C, L: int, backend: str = "auto"):
     return dplr_kernel_from_ctilde(dt, A, P, B, c_tilde[..., :N], L, backend)
 
 
-def fft_conv(u, k):
+def fft_conv(u, k, D=None):
     """Convolve u (B, H, L) with kernel k (c, H, L): c = 1 causal, c = 2 bidirectional -> (B, H, L).
+    D (H,), if given, adds the skip D u (Eq. 1's D term) as the kernel's tap 0: (K + D delta) * u = K * u + D u.
 
     Linear (not circular) convolution via FFT of length 2L. Bidirectional exactly as S4: the second
     kernel is flipped to the end of a length-2L circular kernel, pad(k0, (0, L)) + pad(flip(k1), (L, 0)),
-    so k1[j] multiplies u[t + 1 + j] (S4's deliberate one-step offset in the reverse direction).
+    so k1[j] multiplies u[t + 1 + j] (S4's deliberate one-step offset in the reverse direction); that sum
+    of two disjoint pads is the concatenation [k0, flip(k1)].
     """
     L = u.size(-1)
+    k0 = k[0]  # (H, L)
+    if D is not None:
+        k0 = torch.cat([k0[:, :1] + D[:, None], k0[:, 1:]], dim=-1)  # (H, L)
     if k.size(0) == 2:
-        k = F.pad(k[0], (0, L)) + F.pad(k[1].flip(-1), (L, 0))  # (H, 2L)
-    else:
-        k = k[0]  # (H, L)
+        k0 = torch.cat([k0, k[1].flip(-1)], dim=-1)  # (H, 2L)
     # FFTs have no half-precision CPU kernels: under bf16 autocast they run in fp32 (fp64 stays fp64).
-    work = torch.promote_types(torch.promote_types(u.dtype, k.dtype), torch.float32)
-    k_f = torch.fft.rfft(k.to(work), n=2 * L)  # (H, L+1)
+    work = torch.promote_types(torch.promote_types(u.dtype, k0.dtype), torch.float32)
+    k_f = torch.fft.rfft(k0.to(work), n=2 * L)  # (H, L+1)
     u_f = torch.fft.rfft(u.to(work), n=2 * L)  # (B, H, L+1)
     return torch.fft.irfft(u_f * k_f, n=2 * L)[..., :L].to(u.dtype)  # (B, H, L)

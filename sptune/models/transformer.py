@@ -111,6 +111,23 @@ class RotaryEmbedding(nn.Module):
 # attention
 
 
+HALF = (torch.float16, torch.bfloat16)
+
+
+def flash_dtype(q: torch.Tensor) -> torch.dtype:
+    """The half precision flash-attn runs in: q's own, else bf16 (fp32's exponent range) where the GPU has
+    it, else fp16."""
+    if q.dtype in HALF:
+        return q.dtype
+    bf16 = is_cuda(q) and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return torch.bfloat16 if bf16 else torch.float16
+
+
+def is_cuda(t: torch.Tensor) -> bool:
+    """Whether t lives on a CUDA device (one place, so tests can stand in for a GPU)."""
+    return t.is_cuda
+
+
 def attend(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, dropout_p: float, flash: bool
 ) -> torch.Tensor:
@@ -118,10 +135,14 @@ def attend(
 
     q: (B, H, Lq, hd), k, v: (B, H, Lk, hd) with Lq <= Lk -> (B, H, Lq, hd). `causal` aligns the
     last query with the last key (bottom-right), so a query block can see earlier key blocks.
+    flash-attn runs in half precision: fp32 inputs are cast for the call and the output cast back.
     """
+    dtype = q.dtype
     if flash:  # flash-attn >= 2.1 aligns causal masks bottom-right
-        y = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), dropout_p=dropout_p, causal=causal)
-        return y.transpose(1, 2)  # (B, Lq, H, hd) -> (B, H, Lq, hd)
+        half = flash_dtype(q)  # flash-attn computes in fp16 / bf16 only: cast around the call
+        q, k, v = (t.transpose(1, 2).to(half) for t in (q, k, v))  # (B, L, H, hd), flash-attn's layout
+        y = flash_attn_func(q, k, v, dropout_p=dropout_p, causal=causal)  # (B, Lq, H, hd)
+        return y.transpose(1, 2).to(dtype)  # (B, H, Lq, hd) in the caller's dtype
     Lq, Lk = q.shape[-2], k.shape[-2]
     if causal and Lq != Lk:
         # is_causal would align top-left; an explicit (Lq, Lk) mask is at most (w, 2w) for a block
@@ -194,18 +215,25 @@ class SelfAttention(nn.Module):
         self.rotary = RotaryEmbedding(self.head_dim) if rotary else None
 
     def _use_flash(self, q: torch.Tensor) -> bool:
-        """flash-attn needs the package, a CUDA tensor and half precision; otherwise use SDPA."""
+        """flash-attn needs the package and a CUDA tensor. "auto" uses it for half-precision inputs (autocast);
+        "flash" also for fp32 ones, which attend() casts to half precision around the call. Otherwise SDPA."""
         if self.backend == "sdpa":
             _log_once(logging.INFO, "attention backend: sdpa (requested)")
             return False
-        if flash_attn_func is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
-            _log_once(logging.INFO, "attention backend: flash-attn")
+        if flash_attn_func is not None and is_cuda(q) and (q.dtype in HALF or self.backend == "flash"):
+            cast = "" if q.dtype in HALF else f" ({q.dtype} inputs cast to {flash_dtype(q)} for the call)"
+            _log_once(logging.INFO, f"attention backend: flash-attn{cast}")
             return True
-        why = "flash-attn not installed" if flash_attn_func is None else f"input is {q.device.type} {q.dtype}"
+        if flash_attn_func is None:
+            why = "flash-attn not installed"
+        elif not is_cuda(q):
+            why = f"input is on {q.device.type}"
+        else:
+            why = f"input is {q.dtype}; backend='flash' casts it to half precision"
         if self.backend == "flash":  # asked for explicitly: say loudly that it is not used
             _log_once(logging.WARNING, f"attention backend: sdpa, not the requested flash-attn ({why})")
         else:
-            _log_once(logging.INFO, f"attention backend: sdpa ({why}; flash-attn needs CUDA fp16/bf16)")
+            _log_once(logging.INFO, f"attention backend: sdpa ({why}; flash-attn needs CUDA)")
         return False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -215,6 +243,9 @@ class SelfAttention(nn.Module):
             q, k = self.rotary(q, k)  # absolute positions 0..L-1, before any blocking
         dropout_p = self.dropout if self.training else 0.0
         flash = self._use_flash(q)  # q, not x: under autocast the projections already run in half precision
+        if dropout_p > 0 and not flash and not is_cuda(q):
+            # torch's fused CPU kernel has no dropout: SDPA falls back to its math path
+            _log_once(logging.INFO, "attention dropout > 0 in training: SDPA's CPU math path, (B, H, L, L) scores")
         if self.attention == "block":
             y = block_attention(q, k, v, self.block_size, self.causal, dropout_p, flash)  # (B, H, L, hd)
         else:
