@@ -21,7 +21,6 @@ import math
 from functools import lru_cache
 
 import torch
-import torch.nn.functional as F
 
 from sptune.errors import UserError
 
