@@ -38,6 +38,8 @@ from sptune.models.backbone import SequenceModel, drop_mask_channel
 from sptune.objectives import Denoising, MaskDraw, Metric, causal_denoising, denoising_loss, masked_denoising
 from sptune.registry import check_names, get_task
 from sptune.tasks.base import Split, Task
+from sptune.train_setup import (autocast, compile_model, distributed_rank, make_optimizer, make_progress, make_schedule,
+                                make_writer, pick_device)
 
 log = logging.getLogger("sptune.train")
 
@@ -50,7 +52,7 @@ EVAL_MASK_SEED = 1234
 # the same kernel computed another way (pykeops or torch).
 FINETUNE_MODEL_FIELDS = ("pooling", "dropout", "ssm_lr", "kernel_backend")
 # What `--restart` deletes from the run directory before training from step 0.
-RESTARTED = (files.LAST, files.BEST, files.RESULT, "tb")
+RESTARTED = (files.LAST, files.BEST, files.RESULT, files.TENSORBOARD)
 RESTART_FIX = "pass --restart to start this run over (deletes its checkpoints), or pick a new run.name=..."
 FROM_FIX = "pretrain again (`sptune pretrain ... --restart`) or pass another --from"
 # TensorBoard tags: one per quantity whatever the stage (the stage is in the run's name), so the
@@ -365,48 +367,6 @@ def finish(result: dict[str, Any], state: dict[str, Any], cost: flops.Flops, wor
     return result
 
 
-def autocast(device: torch.device, precision: str):
-    """bf16 autocast when asked (matmuls and attention in bf16, reductions and FFTs in fp32)."""
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
-
-
-def distributed_rank() -> tuple[int, int]:
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
-
-
-def pick_device(name: str, rank: int) -> torch.device:
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda":
-        if not torch.cuda.is_available():
-            raise UserError("run.device=cuda but no CUDA device is visible; use run.device=auto or cpu")
-        return torch.device("cuda", rank % torch.cuda.device_count())
-    return torch.device("cpu")
-
-
-class _NoWriter:
-    """Stands in for the SummaryWriter on ranks other than 0."""
-
-    def add_scalar(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def make_writer(run_dir: Path, main_rank: bool):
-    if not main_rank:
-        return _NoWriter()
-    from torch.utils.tensorboard import SummaryWriter  # imported here: tensorboard is slow to import
-
-    return SummaryWriter(str(run_dir / "tb"))
-
-
 # ----------------------------------------------------------------------------- pieces of the loop
 def denoise(cfg: Config, task: Task, x: torch.Tensor, lengths: torch.Tensor,
             draw: MaskDraw) -> tuple[Denoising, torch.Tensor]:
@@ -562,64 +522,3 @@ def load_pretrained_backbone(model: SequenceModel, pre_dir: Path) -> None:
         raise checkpoints.UnusableCheckpoint(f"checkpoint {path} was written by another model (missing {missing[:3]}, "
                                              f"unexpected {unexpected[:3]}); {FROM_FIX}")
     checkpoints.load_into(model, {**own, **state}, path, FROM_FIX)  # the new head keeps its fresh init
-
-
-def make_optimizer(model: nn.Module, cfg: Config) -> torch.optim.Optimizer:
-    """AdamW groups: SSM parameters with their own tagged lr and no weight decay (S4 convention),
-    biases and norm weights without weight decay, the rest with optim.weight_decay."""
-    decay, no_decay, tagged = [], [], {}
-    for p in model.parameters():
-        if not p.requires_grad:
-            continue
-        opt = getattr(p, "_optim", None)
-        if opt:
-            tagged.setdefault(tuple(sorted(opt.items())), []).append(p)
-        elif p.dim() < 2:
-            no_decay.append(p)
-        else:
-            decay.append(p)
-    groups = [{"params": decay, "weight_decay": cfg.optim.weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
-    groups += [{"params": ps, **dict(opt)} for opt, ps in tagged.items()]
-    groups = [g for g in groups if g["params"]]
-    # One fused kernel for all parameters on CUDA; elsewhere the multi-tensor (foreach) implementation.
-    on_cuda = all(p.is_cuda for g in groups for p in g["params"])
-    return torch.optim.AdamW(groups, lr=cfg.optim.lr, betas=cfg.optim.betas,
-                             **({"fused": True} if on_cuda else {"foreach": True}))
-
-
-def compile_model(model: nn.Module, device: torch.device) -> nn.Module:
-    """torch.compile(model), or the model itself, with a warning, where compiling cannot work here (no
-    C++ compiler for inductor on CPU, an unsupported platform): probed on a tiny function, so a run
-    never fails mid-way on a compile error it could have trained without."""
-    try:
-        probe = torch.compile(lambda t: torch.nn.functional.gelu(t) * 2.0 + 1.0)
-        probe(torch.ones(4, device=device))
-    except Exception as exc:  # noqa: BLE001 - any compile failure means: train eagerly
-        log.warning("run.compile=true but torch.compile does not work here (%s: %s); training without it",
-                    type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
-        return model
-    return torch.compile(model)
-
-
-def make_schedule(cfg: Config, max_steps: int) -> Callable[[int], float]:
-    warmup = cfg.optim.warmup_steps
-
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        if cfg.optim.schedule == "constant":
-            return 1.0
-        progress = (step - warmup) / max(1, max_steps - warmup)
-        return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
-
-    return factor
-
-
-def make_progress(cfg: Config, total: int, initial: int, desc: str):
-    from tqdm.auto import tqdm
-
-    import sys
-
-    return tqdm(total=total, initial=initial, desc=desc, disable=not (cfg.run.progress and sys.stderr.isatty()),
-                leave=False, dynamic_ncols=True)

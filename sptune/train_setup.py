@@ -1,0 +1,121 @@
+"""What the training loop runs on: device and rank, precision, the optimizer and its lr schedule,
+torch.compile, TensorBoard and the progress bar. Kept apart from sptune.train so the loop reads top
+to bottom; nothing here knows about stages or tasks."""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from sptune import files
+from sptune.config import Config
+from sptune.errors import UserError
+
+log = logging.getLogger("sptune.train")
+
+
+def autocast(device: torch.device, precision: str):
+    """bf16 autocast when asked (matmuls and attention in bf16, reductions and FFTs in fp32)."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
+def distributed_rank() -> tuple[int, int]:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+def pick_device(name: str, rank: int) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError("run.device=cuda but no CUDA device is visible; use run.device=auto or cpu")
+        return torch.device("cuda", rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+class _NoWriter:
+    """Stands in for the SummaryWriter on ranks other than 0."""
+
+    def add_scalar(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def make_writer(run_dir: Path, main_rank: bool):
+    if not main_rank:
+        return _NoWriter()
+    from torch.utils.tensorboard import SummaryWriter  # imported here: tensorboard is slow to import
+
+    return SummaryWriter(str(run_dir / files.TENSORBOARD))
+
+
+def make_optimizer(model: nn.Module, cfg: Config) -> torch.optim.Optimizer:
+    """AdamW groups: SSM parameters with their own tagged lr and no weight decay (S4 convention),
+    biases and norm weights without weight decay, the rest with optim.weight_decay."""
+    decay, no_decay, tagged = [], [], {}
+    for p in model.parameters():
+        if not p.requires_grad:
+            continue
+        opt = getattr(p, "_optim", None)
+        if opt:
+            tagged.setdefault(tuple(sorted(opt.items())), []).append(p)
+        elif p.dim() < 2:
+            no_decay.append(p)
+        else:
+            decay.append(p)
+    groups = [{"params": decay, "weight_decay": cfg.optim.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    groups += [{"params": ps, **dict(opt)} for opt, ps in tagged.items()]
+    groups = [g for g in groups if g["params"]]
+    # One fused kernel for all parameters on CUDA; elsewhere the multi-tensor (foreach) implementation.
+    on_cuda = all(p.is_cuda for g in groups for p in g["params"])
+    return torch.optim.AdamW(groups, lr=cfg.optim.lr, betas=cfg.optim.betas,
+                             **({"fused": True} if on_cuda else {"foreach": True}))
+
+
+def compile_model(model: nn.Module, device: torch.device) -> nn.Module:
+    """torch.compile(model), or the model itself, with a warning, where compiling cannot work here (no
+    C++ compiler for inductor on CPU, an unsupported platform): probed on a tiny function, so a run
+    never fails mid-way on a compile error it could have trained without."""
+    try:
+        probe = torch.compile(lambda t: torch.nn.functional.gelu(t) * 2.0 + 1.0)
+        probe(torch.ones(4, device=device))
+    except Exception as exc:  # noqa: BLE001 - any compile failure means: train eagerly
+        log.warning("run.compile=true but torch.compile does not work here (%s: %s); training without it",
+                    type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+        return model
+    return torch.compile(model)
+
+
+def make_schedule(cfg: Config, max_steps: int) -> Callable[[int], float]:
+    warmup = cfg.optim.warmup_steps
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        if cfg.optim.schedule == "constant":
+            return 1.0
+        progress = (step - warmup) / max(1, max_steps - warmup)
+        return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+
+    return factor
+
+
+def make_progress(cfg: Config, total: int, initial: int, desc: str):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, desc=desc, disable=not (cfg.run.progress and sys.stderr.isatty()),
+                leave=False, dynamic_ncols=True)
