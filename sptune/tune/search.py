@@ -193,6 +193,18 @@ def check_value(where: str, key: str, value: Any) -> None:
 
 
 DEFAULT_ASHA = {"grace_period": 0.125, "reduction_factor": 2.0}  # rungs at 1/8, 1/4, 1/2 of the budget
+# ASHA is on by default for a phase of at least this many trials (when its rungs fit the evals: else it
+# silently stays off). With reduction factor 2 and 3 rungs, fewer trials leave the upper rungs nearly empty,
+# so little is stopped, and what is stopped is judged against one or two others.
+# benchmarks/search_efficiency.py measures the saving on a 12-point grid.
+ASHA_MIN_TRIALS = 8
+
+
+def phase_asha(options: dict[str, Any], trials: int) -> dict[str, Any] | None:
+    """The ASHA settings of a phase of `trials` trials, or None (FIFO). options: pipeline.resolve_options'
+    output; asha_min_trials is 0 when ASHA was asked for (--asha, an asha block), so every phase gets it."""
+    asha = options.get("asha")
+    return asha if asha and trials >= options.get("asha_min_trials", 0) else None
 
 
 def _asha(path: str, spec: Any) -> dict[str, Any]:
