@@ -25,7 +25,7 @@ def create(tmp_path, overrides=(), options=None, scratch=EIGHT, **top):
                            options or pipeline.Options())
 
 
-FITS = ["optim.max_steps=64", "optim.eval_every=8"]  # evals at 1/8, 1/4, 1/2 of the budget: every rung met
+FITS = ["optim.max_steps=64", "optim.eval_every=8"]  # an eval every 1/8 of the budget: every rung met
 
 
 def test_asha_is_on_by_default_only_for_phases_of_a_large_grid(tmp_path):
