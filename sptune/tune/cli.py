@@ -42,7 +42,8 @@ def register(subparsers) -> None:
     study.add_argument("--cpus-per-worker", type=float, metavar="C")
     study.add_argument("--gpus-per-worker", type=float, metavar="G")
     study.add_argument("--asha", action=argparse.BooleanOptionalAction, default=None,
-                       help="ASHA early stopping on our own step counter (default: the search space's setting)")
+                       help="ASHA early stopping on our own step counter (default: the search space's asha block, "
+                            "else on for stages of >= 8 trials whose evals meet its rungs)")
     study.add_argument("--sampler", choices=("auto", "brute", "tpe"),
                        help="Optuna sampler (auto: brute force for categorical grids, TPE otherwise)")
     study.add_argument("--seed", type=int, help="sampler seed")
