@@ -10,7 +10,7 @@ from ray_fixtures import CONFIG, TINY
 from sptune import atomic, files, results, train
 from sptune.config import load as load_config
 from sptune.errors import UserError
-from sptune.tune import pipeline, search, stopped
+from sptune.tune import pipeline, search, stopped, trainable
 
 ONE = {"params": {"optim.lr": [1.0e-3], "optim.batch_size": [8]}}
 EIGHT = {"params": {"optim.lr": [3e-3, 1e-3, 3e-4, 1e-4], "optim.batch_size": [8, 16]}}  # 8 points
@@ -86,7 +86,9 @@ def stopped_trial(tmp_path, stage="scratch", stop_at=8):
 def test_a_stopped_trial_gets_a_test_metric_at_its_best_checkpoint(tmp_path, stage):
     run_dir = stopped_trial(tmp_path, stage)
     assert not (run_dir / files.RESULT).exists()
-    assert stopped.test_stopped(tmp_path / "study", stage) == [run_dir]
+    spec = trainable.TrialSpec(stage=stage, base={}, study_dir=str(tmp_path / "study"), path="direct")
+    assert stopped.test_stopped(tmp_path / "study", stage, spec) == [run_dir]
+    assert list((run_dir / "tb").glob(f"*{trainable.HPARAMS_END}"))  # TensorBoard's HParams outcome, test included
     result = files.read_json(run_dir / files.RESULT)
     assert result["status"] == "stopped" and result["steps"] == 8 and math.isfinite(result["test_metric"])
     assert result["best_step"] in (4, 8) and result["eval_flops"] > 0 and result["train_flops"] > 0

@@ -294,7 +294,7 @@ def run_phase(study_dir: Path, state: dict[str, Any], phase: str, trainable: Cal
                            *loggers.callbacks(logger, study_dir, phase),
                            PhaseProgress(phase, trials)]))
     tuner.fit()
-    stopped.test_stopped(study_dir, phase)  # ASHA's stopped trials: a test metric at their best checkpoint
+    stopped.test_stopped(study_dir, phase, spec)  # ASHA's stopped trials: a test metric at their best checkpoint
 
 
 def _trial_name(phase: str, trial: Any) -> str:

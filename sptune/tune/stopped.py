@@ -24,9 +24,10 @@ log = logging.getLogger("sptune.tune")
 STATUS = "stopped"
 
 
-def test_stopped(study_dir: Path, phase: str) -> list[Path]:
+def test_stopped(study_dir: Path, phase: str, spec: Any = None) -> list[Path]:
     """Test every trial of an ended phase that has a best checkpoint but no result and no crash record;
-    returns their run directories."""
+    returns their run directories. With the phase's TrialSpec, the trial's TensorBoard HParams outcome
+    (written `stopped` by failures.make_outcomes_callback) gets the test metric too."""
     stage_dir = Path(study_dir) / phase
     if not stage_dir.is_dir():
         return []
@@ -36,8 +37,12 @@ def test_stopped(study_dir: Path, phase: str) -> list[Path]:
             continue
         if not (run_dir / files.BEST).is_file() or not (run_dir / files.LAST).is_file():
             continue  # stopped before its first eval: nothing to test (results lists it as stopped)
-        world = int(files.read_json(run_dir / files.TRIAL).get("workers", 1))
-        result = stopped_result(run_dir, phase, world)
+        trial = files.read_json(run_dir / files.TRIAL)
+        result = stopped_result(run_dir, phase, int(trial.get("workers", 1)))
+        if spec is not None:
+            from sptune.tune import trainable
+
+            trainable.write_hparams(run_dir, spec, trial["params"], result, result["steps"])
         log.info("%s: stopped early at step %d, test %s %.4f at its best checkpoint (step %d)", run_dir.name,
                  result["steps"], result["metric"], result["test_metric"], result["best_step"])
         tested.append(run_dir)
