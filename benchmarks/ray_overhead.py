@@ -10,7 +10,8 @@ one trial at a time, trial i with run.seed=i. Printed: the wall time of the K pl
 Tune trials (from Tuner start, Ray already up), their ratio, the ratio with Ray's start included,
 and each trial's start latency (previous trial's end -> this trial's first line of code, the first
 trial measured from the Tuner start). Target: ratio <= 1.2 for trials of >= 30 s of work, and for
-10-second trials (--seconds 10).
+10-second trials (--seconds 10). Wall times: on a machine shared with other work, compare the two
+sides of one run only.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Does TPE and/or early stopping (ASHA) find the grid's answer for less compute than the grid?
 
-    python benchmarks/search_efficiency.py                    # train the grid (~10 min on 2 cores), then compare
+    python benchmarks/search_efficiency.py                    # train the grid (7 min on 2 busy cores), then compare
     python benchmarks/search_efficiency.py --curves c.json    # keep the grid's learning curves / reuse them
 
 1. The grid: every point of GRID is trained for real (`sptune.train.run_stage`, stage `scratch` of the

@@ -14,6 +14,11 @@ again): a fully categorical grid is searched by Optuna's BruteForceSampler, whic
 point (enqueued points included) and caps the trial count at the grid size; spaces with a
 continuous range use TPE. Either way `UniqueOptunaSearch` refuses a point that already ran.
 
+Early stopping: ASHA on our own clock (the fraction of each trial's budget), from an `asha:` block,
+`--asha`, or by default for a phase of at least ASHA_MIN_TRIALS trials whose evals meet its rungs
+(`--no-asha` turns it off). A trial it stops gets its test metric at its best checkpoint when the
+phase ends (sptune.tune.stopped).
+
 Each phase's Optuna study lives in the study directory's journal file (`optuna.journal`, Optuna's
 JournalStorage: append-only, safe for concurrent writers), named `<study dir name>/<phase>`, so
 `optuna-dashboard <study>/optuna.journal` shows the searches while they run and after. Resume keeps
