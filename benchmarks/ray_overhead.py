@@ -3,12 +3,15 @@
     python benchmarks/ray_overhead.py                                   # K=4 trials of ~30 s (2 CPUs)
     python benchmarks/ray_overhead.py --trials 3 optim.max_steps=20     # quicker, overhead-dominated
     python benchmarks/ray_overhead.py --path train                      # the Ray Train TorchTrainer path
+    python benchmarks/ray_overhead.py --seconds 10                      # ~10 s trials (steps from a timed warmup)
 
 Both sides run the same `sptune.train.run_stage` (stage `scratch` of the config, one torch thread),
 one trial at a time, trial i with run.seed=i. Printed: the wall time of the K plain calls, of the K
 Tune trials (from Tuner start, Ray already up), their ratio, the ratio with Ray's start included,
 and each trial's start latency (previous trial's end -> this trial's first line of code, the first
-trial measured from the Tuner start). Target: ratio <= 1.2 for trials of >= 30 s of work.
+trial measured from the Tuner start). Target: ratio <= 1.2 for trials of >= 30 s of work, and for
+10-second trials (--seconds 10). Wall times: on a machine shared with other work, compare the two
+sides of one run only.
 """
 
 from __future__ import annotations
@@ -68,6 +71,16 @@ def tuned(config: str, overrides: list[str], trials: int, out: Path, path: str) 
     return total, ray_start, latencies
 
 
+def sized(config: str, overrides: list[str], seconds: float, out: Path) -> list[str]:
+    """Overrides for trials of about `seconds`: a trial costs a fixed part (model, test evaluation) plus a
+    time per step, both from two timed plain runs of 10 and 60 steps (5 evals per trial)."""
+    times = {steps: plain(config, overrides + [f"optim.max_steps={steps}", f"optim.eval_every={steps // 5}"], 1,
+                          out / f"size-{steps}") for steps in (10, 60)}
+    per_step = max((times[60] - times[10]) / 50, 1e-6)
+    steps = max(5, round((seconds - (times[10] - 10 * per_step)) / per_step / 5) * 5)
+    return [f"optim.max_steps={steps}", f"optim.eval_every={steps // 5}"]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("overrides", nargs="*", help=f"config overrides (default: {' '.join(DEFAULT_OVERRIDES)})")
@@ -75,11 +88,15 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=4, help="K: trials on each side")
     parser.add_argument("--path", choices=("direct", "train"), default="direct",
                         help="direct: trial runs the stage itself; train: a TorchTrainer with one worker")
+    parser.add_argument("--seconds", type=float, help="trials of about this many seconds: optim.max_steps "
+                        "from the warmup's time per step (5 evals per trial), appended to the overrides")
     args = parser.parse_args()
     overrides = args.overrides or DEFAULT_OVERRIDES
     with tempfile.TemporaryDirectory(prefix="ray-overhead-") as tmp:
         out = Path(tmp)
         plain(args.config, overrides, 1, out / "warmup")  # data generated and cached once, outside both timings
+        if args.seconds:
+            overrides = overrides + sized(args.config, overrides, args.seconds, out)
         base = plain(args.config, overrides, args.trials, out)
         total, ray_start, latencies = tuned(args.config, overrides, args.trials, out, args.path)
     print(f"{args.trials} trials of `scratch` with {' '.join(overrides)} ({args.path} path)")

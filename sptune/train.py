@@ -235,10 +235,7 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
 
     # 6. Train loop: one optimizer step per batch (of optim.accumulate micro-batches); eval, TensorBoard and
     #    checkpoints every eval_every.
-    metric_name = "masked_accuracy" if pretraining and cfg.objective.loss == "ce" else (
-        "masked_r2" if pretraining else task.metric)
-    if pretraining and cfg.objective.kind == "causal":
-        metric_name = metric_name.replace("masked", "next")
+    metric_name = stage_metric_name(cfg, task, stage)
     tokens_per_example = task.seq_len * (2 if task.paired else 1)
     result: dict[str, Any] = {"stage": stage, "task": task.name, "model": cfg.model.name, "run_dir": str(run_dir),
                               "metric": metric_name, "n_params": count_parameters(model),
@@ -339,6 +336,13 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
     result["test_metric"] = test["metric"]
     result["test_loss"] = test["loss"]
     return finish(result, status="completed", **end)
+
+
+def stage_metric_name(cfg: Config, task: Task, stage: str) -> str:
+    """The validation / test metric a stage reports: the task's own, or the denoising objective's in pretraining."""
+    pretraining = stage == "pretrain"
+    name = "masked_accuracy" if pretraining and cfg.objective.loss == "ce" else ("masked_r2" if pretraining else task.metric)
+    return name.replace("masked", "next") if pretraining and cfg.objective.kind == "causal" else name
 
 
 def fresh_state() -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """The Ray layer: search-space files, the searcher, both trial paths, failures, results, TensorBoard."""
 
+import math
 import os
 import signal
 import subprocess
@@ -282,6 +283,11 @@ def test_asha_stops_only_on_our_steps_and_lets_finishers_finish(tmp_path, ray_in
     assert len(rows) == 4
     for row in rows:  # a trial that reached its last step has its result; only earlier ones were stopped
         assert (row["status"], row["steps"] == 48) in {("completed", True), ("stopped", False)}
+    stopped = [row for row in rows if row["status"] == "stopped"]
+    assert stopped  # lr 1e-5 barely moves: below the others at a rung
+    for row in stopped:  # tested at its own best checkpoint when the phase ended (sptune.tune.stopped)
+        assert math.isfinite(row["test_metric"]) and row["best_step"] <= row["steps"] < 48
+        assert files.read_json(Path(row["run_dir"]) / files.RESULT)["status"] == "stopped"
 
 
 def test_choice_of_path():

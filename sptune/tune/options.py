@@ -38,7 +38,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpus-per-worker", type=float, metavar="C", help="CPUs per trial worker")
     parser.add_argument("--gpus-per-worker", type=float, metavar="G", help="GPUs per trial worker")
     parser.add_argument("--asha", action=argparse.BooleanOptionalAction, default=None,
-                        help="ASHA early stopping on our own step counter (default: the search space's setting)")
+                        help="ASHA early stopping on our own step counter (default: the search space's asha block, "
+                             "else on for stages of >= 8 trials whose evals meet its rungs)")
     parser.add_argument("--sampler", choices=("auto", "brute", "tpe"),
                         help="Optuna sampler (auto: brute force for categorical grids, TPE otherwise)")
     parser.add_argument("--seed", type=int, help="sampler seed")

@@ -41,7 +41,7 @@ from sptune.config import STAGES
 from sptune.config import load as load_config
 from sptune.errors import UserError
 from sptune.registry import check_names
-from sptune.tune import failures, loggers, resources, results, search
+from sptune.tune import failures, loggers, resources, results, search, stopped
 from sptune.tune.options import Options
 from sptune.tune.session import ray_session
 from sptune.tune.trainable import LINEAGE_KEY, PATHS, TrialSpec, choose_path, stage_trainable, trial_resources
@@ -80,10 +80,15 @@ def create(config_path: str | None, overrides: list[str], study_dir: str | Path,
     if missing:
         raise UserError(f"{space.path} has no grid for stage(s) {', '.join(missing)}; a study searches all three")
     resolved = resolve_options(options, space)
-    if resolved["asha"]:
+    try:
         for phase in STAGES:
-            search.check_rungs(resolved["asha"], step_budgets(stages[phase], space.stages[phase].params),
-                               stages[phase]["optim"]["eval_every"], f"stage {phase}")
+            if search.phase_asha(resolved, search.trial_count(space.stages[phase], resolved["num_samples"])):
+                search.check_rungs(resolved["asha"], step_budgets(stages[phase], space.stages[phase].params),
+                                   stages[phase]["optim"]["eval_every"], f"stage {phase}")
+    except UserError:
+        if resolved["asha_min_trials"] == 0:
+            raise  # asked for: say why it cannot run
+        resolved["asha"] = None  # the default: off where its rungs do not fit the evals
     state = {"version": 1, "dir": str(study_dir), "config": str(config_path), "overrides": overrides,
              "stages": stages, "space": space.to_dict(), "options": resolved, "phases": {}, "selected": None,
              "created": time.time()}
@@ -120,7 +125,8 @@ def resolve_options(options: Options, space: search.SearchSpace) -> dict[str, An
         return value if value is not None else resources.get(key, default)
 
     asha = None if options.asha is False else space.asha
-    if options.asha and asha is None:  # --asha without settings in the file
+    asked = options.asha is not None or space.asha is not None
+    if asha is None and options.asha is not False:  # --asha without settings in the file, or the default
         asha = dict(search.DEFAULT_ASHA)
     resolved = {
         "num_samples": SMOKE_SAMPLES if options.smoke else (options.num_samples or space.num_samples),
@@ -128,7 +134,7 @@ def resolve_options(options: Options, space: search.SearchSpace) -> dict[str, An
         "workers": int(pick(options.workers, "workers", 1)),
         "cpus_per_worker": float(pick(options.cpus_per_worker, "cpus_per_worker", 1)),
         "gpus_per_worker": float(pick(options.gpus_per_worker, "gpus_per_worker", 0)),
-        "asha": asha, "sampler": options.sampler or space.sampler,
+        "asha": asha, "asha_min_trials": 0 if asked else search.ASHA_MIN_TRIALS, "sampler": options.sampler or space.sampler,
         "seed": space.seed if options.seed is None else options.seed,
         "max_failures": options.max_failures, "smoke": options.smoke, "logger": options.logger,
     }
@@ -257,7 +263,7 @@ def run_phase(study_dir: Path, state: dict[str, Any], phase: str, trainable: Cal
                                                          journal=study_dir / files.OPTUNA_JOURNAL,
                                                          study_name=search.optuna_study_name(study_dir, phase)),
                                     options["max_concurrent"]),
-            scheduler=search.make_scheduler(options["asha"]),
+            scheduler=search.make_scheduler(search.phase_asha(options, trials)),
             num_samples=trials, reuse_actors=True,
             trial_name_creator=partial(_trial_name, phase),
             trial_dirname_creator=partial(_trial_name, phase)),
@@ -270,6 +276,7 @@ def run_phase(study_dir: Path, state: dict[str, Any], phase: str, trainable: Cal
                            *loggers.callbacks(logger, study_dir, phase),
                            PhaseProgress(phase, trials)]))
     tuner.fit()
+    stopped.test_stopped(study_dir, phase, spec)  # ASHA's stopped trials: a test metric at their best checkpoint
 
 
 def _trial_name(phase: str, trial: Any) -> str:
