@@ -8,7 +8,7 @@ Two kinds of failure:
                     and the reason in result.json (no exception reaches Tune or Train, which would
                     retry it FailureConfig.max_failures times, Tune x Train times on the train path).
     crash           anything else (a killed node, a bug): Tune retries the trial from its last
-                    checkpoint; when the retries are spent, `TrialOutcomes` writes Tune's error into
+                    checkpoint; when the retries are spent, sptune.tune.outcomes writes Tune's error into
                     the run directory (error.json), so the table shows the trial as `failed` with
                     that error, and `sptune resume --retry-failed` runs it again from its checkpoint.
 """
@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from sptune import atomic, checkpoints, files
-
 
 
 def deterministic_reason(exc: BaseException) -> str | None:
@@ -62,39 +61,3 @@ def stopped_metrics(run_dir: Path) -> tuple[dict[str, float], int]:
     best = progress.get("best_val")
     return ({"best_val": math.nan if best is None else best, "final_val": progress.get("val_metric", math.nan),
              "test_metric": math.nan, "best_step": progress.get("best_step", -1)}, progress.get("step", 0))
-
-
-def make_outcomes_callback(spec: Any):
-    """A Tune callback (driver side) that records how each trial of one phase ended: a crash after
-    its last retry -> error.json + HParams status `failed`; stopped by ASHA -> HParams `stopped`.
-    Completed and deterministically failed trials record themselves (result.json)."""
-    from ray.tune import Callback
-
-    from sptune.tune import trainable
-
-    class TrialOutcomes(Callback):
-        def _run_dir(self, trial: Any) -> Path:
-            params = trainable.searched(trial.config)
-            return Path(spec.study_dir) / spec.stage / trainable.run_name(spec.stage, trial.trial_id, params)
-
-        def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-            run_dir = self._run_dir(trial)
-            if not (run_dir / files.TRIAL).is_file():
-                return  # never started: no run directory, no row
-            # The driver-side error.txt is written before this call; the copy in storage may lag.
-            local = Path(trial.error_file) if trial.error_file else None
-            error = one_line(local.read_text() if local and local.is_file() else trial.get_error())
-            atomic.write_json(run_dir / files.TRIAL_ERROR, {"error": error, "error_file": trial.error_file,
-                                           "failures": trial.run_metadata.num_failures})
-            metrics, step = stopped_metrics(run_dir)
-            trainable.write_hparams(run_dir, spec, trainable.searched(trial.config), dict(metrics, status="failed"),
-                                    step)
-
-        def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-            run_dir = self._run_dir(trial)
-            if (run_dir / files.TRIAL).is_file() and files.finished_result(run_dir) is None:
-                metrics, step = stopped_metrics(run_dir)
-                trainable.write_hparams(run_dir, spec, trainable.searched(trial.config),
-                                        dict(metrics, status="stopped"), step)
-
-    return TrialOutcomes()

@@ -41,7 +41,7 @@ from sptune.config import STAGES
 from sptune.config import load as load_config
 from sptune.errors import UserError
 from sptune.registry import check_names
-from sptune.tune import failures, loggers, resources, results, search, stopped
+from sptune.tune import loggers, outcomes, resources, results, search, stopped
 from sptune.tune.options import Options
 from sptune.tune.session import ray_session
 from sptune.tune.trainable import LINEAGE_KEY, PATHS, TrialSpec, choose_path, stage_trainable, trial_resources
@@ -272,7 +272,7 @@ def run_phase(study_dir: Path, state: dict[str, Any], phase: str, trainable: Cal
                 failure_config=tune.FailureConfig(max_failures=options["max_failures"]),
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
                 # Tune's own TensorBoard logger is left out: the study's TensorBoard runs are the trials'.
-                callbacks=[JsonLoggerCallback(), CSVLoggerCallback(), failures.make_outcomes_callback(spec),
+                callbacks=[JsonLoggerCallback(), CSVLoggerCallback(), outcomes.make_outcomes_callback(spec),
                            *loggers.callbacks(logger, study_dir, phase),
                            PhaseProgress(phase, trials)]))
     tuner.fit()

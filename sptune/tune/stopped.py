@@ -27,7 +27,7 @@ STATUS = "stopped"
 def test_stopped(study_dir: Path, phase: str, spec: Any = None) -> list[Path]:
     """Test every trial of an ended phase that has a best checkpoint but no result and no crash record;
     returns their run directories. With the phase's TrialSpec, the trial's TensorBoard HParams outcome
-    (written `stopped` by failures.make_outcomes_callback) gets the test metric too."""
+    (written `stopped` by sptune.tune.outcomes) gets the test metric too."""
     stage_dir = Path(study_dir) / phase
     if not stage_dir.is_dir():
         return []
