@@ -7,10 +7,10 @@ import pytest
 import yaml
 from ray_fixtures import CONFIG, TINY
 
-from sptune import atomic, files, results, train
+from sptune import atomic, files, train
 from sptune.config import load as load_config
 from sptune.errors import UserError
-from sptune.tune import pipeline, search, stopped, trainable
+from sptune.tune import pipeline, results, search, stopped, trainable
 
 ONE = {"params": {"optim.lr": [1.0e-3], "optim.batch_size": [8]}}
 EIGHT = {"params": {"optim.lr": [3e-3, 1e-3, 3e-4, 1e-4], "optim.batch_size": [8, 16]}}  # 8 points
