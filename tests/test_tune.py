@@ -166,6 +166,51 @@ def test_study_direct_path_end_to_end(tmp_path, ray_instance):
     assert len(hparam_runs) == 4 and all("_hparams_/session_start_info" in tags for tags in hparam_runs.values())
 
 
+def pretrain_waiting_for_scratch(params, spec):
+    """Pretraining that starts only once a scratch trial has: it can finish only if the phases run together."""
+    deadline = time.monotonic() + 120
+    while spec.stage == "pretrain" and not list(Path(spec.study_dir).glob("scratch/*/trial.json")):
+        if time.monotonic() > deadline:
+            raise RuntimeError("no scratch trial started while pretraining waited")
+        time.sleep(0.2)
+    trainable.stage_trainable(params, spec)
+
+
+def started(row):
+    return files.read_json(Path(row["run_dir"]) / "trial.json")["attempts"][0]["started"]
+
+
+def ended(row):
+    return (Path(row["run_dir"]) / "result.json").stat().st_mtime
+
+
+@pytest.mark.parametrize("sequential", [False, True], ids=["concurrent", "sequential"])
+def test_scratch_runs_beside_the_pretrain_finetune_chain(tmp_path, ray_instance, sequential):
+    state = new_study(tmp_path, options=pipeline.Options(max_failures=0, sequential_phases=sequential))
+    assert state["options"]["sequential_phases"] is sequential
+    fn = trainable.stage_trainable
+    if not sequential:  # with sequential phases this pretraining would wait in vain
+        import ray
+
+        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this file
+        fn = pretrain_waiting_for_scratch
+    rows = pipeline.run(state["dir"], verbose=0, trainable=fn)
+    assert [r["stage"] for r in rows] == ["pretrain", "finetune", "scratch"]  # each phase ran its own trials
+    assert all(r["status"] == "completed" for r in rows)
+    assert files.read_json(Path(state["dir"]) / "study.json")["phases"] == dict.fromkeys(pipeline.STAGES, "done")
+    pretrain, finetune, scratch = rows
+    assert finetune["init_trial"] == pretrain["trial_id"] and started(finetune) > ended(pretrain)
+    if sequential:
+        assert started(scratch) > ended(finetune)
+    else:
+        assert started(scratch) < ended(pretrain)
+
+
+def test_a_study_from_before_concurrent_phases_resumes_sequentially():
+    assert pipeline.sequential({"num_samples": 2}) and pipeline.sequential({"sequential_phases": True})
+    assert not pipeline.sequential({"sequential_phases": False})
+
+
 def test_diverged_trial_is_failed_and_the_search_continues(tmp_path, ray_instance):
     stages = {"scratch": {"params": {"optim.lr": [1e-3, 1e30], "optim.batch_size": [8]}}}
     state = new_study(tmp_path, stages, overrides=["optim.grad_clip=0"])

@@ -54,6 +54,8 @@ def register(subparsers) -> None:
     study.add_argument("--train-path", choices=("auto", "direct", "train"), default="auto",
                        help="direct: run in the Tune trial; train: Ray Train TorchTrainer (auto: direct for one "
                             "CPU worker)")
+    study.add_argument("--sequential-phases", action="store_true",
+                       help="run the scratch search after finetuning, not beside the pretrain -> finetune chain")
     study.add_argument("--address", help="Ray cluster to join (default: start a local Ray instance)")
     study.add_argument("--logger", choices=LOGGERS, default="tensorboard",
                        help="experiment tracker: every trial a run with its config, lineage and evals "
@@ -96,7 +98,8 @@ def cmd_study(args: argparse.Namespace) -> int:
         num_samples=args.num_samples, max_concurrent=args.max_concurrent, workers=args.workers,
         cpus_per_worker=args.cpus_per_worker, gpus_per_worker=args.gpus_per_worker, asha=args.asha,
         sampler=args.sampler, seed=args.seed, max_failures=args.max_failures, train_path=args.train_path,
-        logger=args.logger, address=args.address, output=args.output, seeds=args.seeds))
+        logger=args.logger, address=args.address, output=args.output, seeds=args.seeds,
+        sequential_phases=args.sequential_phases))
 
 
 def cmd_resume(args: argparse.Namespace) -> int:

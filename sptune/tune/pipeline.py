@@ -6,6 +6,13 @@
                from its best checkpoint; every finetune trial records that trial and step
     scratch    search the same task from a random init: the baseline
 
+Phases run concurrently (options.sequential_phases false, the default): the scratch search depends on
+nothing, so it runs beside the pretrain -> finetune chain and the two share the cluster (Ray schedules the
+trials of both; each phase keeps its own max_concurrent). The chain runs in the driver's main thread,
+where Ctrl-C arrives; scratch runs in a second thread, whose Tuner Ray Tune allows (it installs no signal
+handler off the main thread), and is interrupted the same way when the chain stops. `sequential_phases`
+(a study from before the option: always) runs the three one after another.
+
 A study directory holds everything, so `sptune resume <dir>` needs nothing else:
 
     study.json            what was asked (configs per stage, search space, options), phase states,
@@ -35,6 +42,7 @@ import logging
 import os
 import re
 import signal
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -74,6 +82,7 @@ class Options:
     train_path: str = "auto"  # "auto" | "direct" | "train"
     smoke: bool = False
     logger: str = "tensorboard"  # experiment tracker (sptune.tune.loggers)
+    sequential_phases: bool = False  # True: scratch waits for finetuning instead of running beside the chain
 
 
 # ----------------------------------------------------------------------------- creating / loading
@@ -149,6 +158,7 @@ def resolve_options(options: Options, space: search.SearchSpace) -> dict[str, An
         "asha": asha, "sampler": options.sampler or space.sampler,
         "seed": space.seed if options.seed is None else options.seed,
         "max_failures": options.max_failures, "smoke": options.smoke, "logger": options.logger,
+        "sequential_phases": options.sequential_phases,
     }
     if resolved["workers"] < 1 or resolved["cpus_per_worker"] <= 0 or resolved["gpus_per_worker"] < 0:
         raise UserError("--workers must be >= 1, --cpus-per-worker > 0 and --gpus-per-worker >= 0")
@@ -167,8 +177,27 @@ def load_state(study_dir: str | Path) -> dict[str, Any]:
     return files.read_json(path)
 
 
+# Concurrent phases update one state dict from two threads: every change and write of it holds this lock.
+_state_lock = threading.RLock()
+
+
+_registry_lock = threading.Lock()  # Ray Tune's trainable registry (see run_phase)
+
+
 def save_state(study_dir: Path, state: dict[str, Any]) -> None:
-    atomic.write_json(Path(study_dir) / files.STUDY, state)
+    with _state_lock:
+        atomic.write_json(Path(study_dir) / files.STUDY, state)
+
+
+def set_phase(study_dir: Path, state: dict[str, Any], phase: str, status: str) -> None:
+    with _state_lock:
+        state["phases"][phase] = status
+        save_state(study_dir, state)
+
+
+def sequential(options: dict[str, Any]) -> bool:
+    """A study created before phases could run concurrently has no such option: it goes on as it started."""
+    return options.get("sequential_phases", True)
 
 
 def describe_path(options: dict[str, Any]) -> str:
@@ -195,23 +224,79 @@ def run(study_dir: str | Path, address: str | None = None, verbose: int = 1,
     study_dir = Path(study_dir).resolve()
     state = load_state(study_dir)
     log.info("%s", describe_path(state["options"]))
+    run_chain = partial(_run_chain, study_dir, state, trainable, verbose, retry_failed)
     with ray_session(study_dir, address):
         resources.check_cluster(state["options"]["gpus_per_worker"])
-        for phase in STAGES:
-            if phase in state["phases"] and not (  # "done", or "skipped: <why>"
-                    retry_failed and state["phases"][phase] == "done" and crashed_trials(study_dir, phase)):
-                continue
-            if phase == "finetune" and not select_pretraining(study_dir, state):
-                state["phases"]["finetune"] = "skipped: no pretraining trial completed"
-                save_state(study_dir, state)
-                output.say("finetune: skipped, no pretraining trial completed")
-                continue
-            run_phase(study_dir, state, phase, trainable, verbose)
-            state["phases"][phase] = "done"
-            save_state(study_dir, state)
+        if sequential(state["options"]):
+            run_chain(STAGES, threading.Event())
+        else:
+            run_concurrently(run_chain, [("pretrain", "finetune"), ("scratch",)])
     rows = results.collect(study_dir)
     results.write_csv(rows, study_dir / files.RESULTS_CSV)
     return rows
+
+
+def _run_chain(study_dir: Path, state: dict[str, Any], trainable: Callable[..., None], verbose: int,
+               retry_failed: bool, phases: Iterable[str], stopping: threading.Event) -> None:
+    """Run the phases one after another; once `stopping` is set (the study was interrupted), a phase whose
+    Tuner returns is not marked done: its trials may have been cut short, and a resume continues them."""
+    for phase in phases:
+        if phase in state["phases"] and not (  # "done", or "skipped: <why>"
+                retry_failed and state["phases"][phase] == "done" and crashed_trials(study_dir, phase)):
+            continue
+        if phase == "finetune" and not select_pretraining(study_dir, state):
+            set_phase(study_dir, state, "finetune", "skipped: no pretraining trial completed")
+            output.say("finetune: skipped, no pretraining trial completed")
+            continue
+        run_phase(study_dir, state, phase, trainable, verbose)
+        if stopping.is_set():
+            return
+        set_phase(study_dir, state, phase, "done")
+
+
+def run_concurrently(run_chain: Callable[[Iterable[str], threading.Event], None],
+                     chains: list[tuple[str, ...]]) -> None:
+    """The first chain in this (the main) thread, each other in a thread of its own; all finish, or all stop.
+
+    Ctrl-C reaches only the main thread. There, or on any error, the other chains get a KeyboardInterrupt
+    raised in their threads (CPython's PyThreadState_SetAsyncExc), which stops their Tuners just as Ctrl-C
+    stops a Tuner in the main thread; their phases stay unfinished for a resume. An error in another chain
+    is raised here once the main chain is done."""
+    stopping = threading.Event()
+    errors: list[BaseException] = []
+
+    def guarded(phases: tuple[str, ...]) -> None:
+        try:
+            run_chain(phases, stopping)
+        except BaseException as error:  # noqa: BLE001 (handed to the main thread, which raises it)
+            if not stopping.is_set():
+                errors.append(error)
+
+    threads = [threading.Thread(target=guarded, args=(phases,), name=f"sptune-{'-'.join(phases)}", daemon=True)
+               for phases in chains[1:]]
+    for thread in threads:
+        thread.start()
+    try:
+        run_chain(chains[0], stopping)
+        for thread in threads:
+            while thread.is_alive():  # join with a timeout: Ctrl-C stays deliverable while waiting
+                thread.join(0.5)
+    except BaseException:
+        stopping.set()
+        for thread in threads:
+            _interrupt(thread)
+        for thread in threads:
+            thread.join(60)
+        raise
+    if errors:
+        raise errors[0]
+
+
+def _interrupt(thread: threading.Thread) -> None:
+    import ctypes
+
+    if thread.ident is not None and thread.is_alive():
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(KeyboardInterrupt))
 
 
 def crashed_trials(study_dir: Path, phase: str) -> list[Path]:
@@ -224,13 +309,15 @@ def select_pretraining(study_dir: Path, state: dict[str, Any]) -> dict[str, Any]
     """The best pretraining trial by validation metric, a tie broken by validation loss (results.best_row);
     kept in study.json with what selected it, so a resume reuses it."""
     if state.get("selected") is None:
+        # Only pretraining rows: scratch trials may be writing their results meanwhile.
         best, how = results.best_row(results.collect(study_dir), "pretrain")
         if best is None:
             return None
-        state["selected"] = {"trial": best["trial_id"], "run_dir": best["run_dir"], "step": best["best_step"],
-                             "best_val": best["best_val"], "best_val_loss": best.get("best_val_loss"),
-                             "selected_by": how, "checkpoint": str(Path(best["run_dir"]) / files.BEST)}
-        save_state(study_dir, state)
+        with _state_lock:
+            state["selected"] = {"trial": best["trial_id"], "run_dir": best["run_dir"], "step": best["best_step"],
+                                 "best_val": best["best_val"], "best_val_loss": best.get("best_val_loss"),
+                                 "selected_by": how, "checkpoint": str(Path(best["run_dir"]) / files.BEST)}
+            save_state(study_dir, state)
     return state["selected"]
 
 
@@ -252,6 +339,16 @@ def run_phase(study_dir: Path, state: dict[str, Any], phase: str, trainable: Cal
 
     spec = trial_spec(study_dir, state, phase)
     fn = tune.with_resources(tune.with_parameters(trainable, spec=spec), trial_resources(spec))
+    if not sequential(state["options"]):
+        # Tune registers a trainable under its name, one registry per Ray job: two phases running at once
+        # under one name would start each other's trials, and the registry is a plain dict that two
+        # threads must not write at once. So each phase registers its own name here, one at a time, and
+        # hands Tune the name. (A study from before concurrent phases keeps the function: Tuner.restore
+        # checks the name.)
+        name = f"{phase}_{fn.__name__}"
+        with _registry_lock:
+            tune.register_trainable(name, fn)
+        fn = name
     experiment = study_dir / "tune" / phase
     # Not searched, the same in every trial's config: what trackers log as the trial's lineage.
     lineage = {"name": study_dir.name, "stage": phase}
