@@ -230,6 +230,7 @@ def run(study_dir: str | Path, address: str | None = None, verbose: int = 1,
         if sequential(state["options"]):
             run_chain(STAGES, threading.Event())
         else:
+            loggers.create_experiment(state["options"].get("logger", "tensorboard"), study_dir)
             run_concurrently(run_chain, [("pretrain", "finetune"), ("scratch",)])
     rows = results.collect(study_dir)
     results.write_csv(rows, study_dir / files.RESULTS_CSV)
