@@ -179,8 +179,6 @@ def load_state(study_dir: str | Path) -> dict[str, Any]:
 
 # Concurrent phases update one state dict from two threads: every change and write of it holds this lock.
 _state_lock = threading.RLock()
-
-
 _registry_lock = threading.Lock()  # Ray Tune's trainable registry (see run_phase)
 
 
