@@ -110,7 +110,7 @@ def import_s4_reference(repo: Path):
     if not path.exists():
         sys.exit(f"error: {path} not found; pass the root of a state-spaces/s4 checkout as --reference-repo")
     try:
-        import pytorch_lightning  # noqa: F401  (only whether it imports)
+        import pytorch_lightning  # noqa: F401 - only whether it imports
     except ImportError:  # s4.py only wraps its logger's methods in rank_zero_only
         stub = types.ModuleType("pytorch_lightning.utilities")
         stub.rank_zero_only = lambda fn: fn

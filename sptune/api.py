@@ -32,12 +32,15 @@ def run_study(config: str | Path, overrides: Sequence[str] = (), dir: str | Path
               max_concurrent: int | None = None, workers: int | None = None, cpus_per_worker: float | None = None,
               gpus_per_worker: float | None = None, asha: bool | None = None, sampler: str | None = None,
               seed: int | None = None, max_failures: int = 2, train_path: str = "auto", logger: str = "tensorboard",
-              address: str | None = None, output: str = "progress", seeds: Sequence[int] | None = None) -> Path:
+              address: str | None = None, output: str = "progress", seeds: Sequence[int] | None = None,
+              sequential_phases: bool = False) -> Path:
     """Create a study (see `sptune study --help` for each option) and run it; returns its directory.
 
     `config` is a YAML file, `overrides` section.field=value strings; `dir` defaults to
     runs/study-<config name> (runs/seeds-<config name> with `seeds`). `seeds`: the same study once per
     seed (one study directory each) and the paired SPT - scratch gain with its 95% CI (sptune.tune.seeds).
+    `sequential_phases`: the scratch search waits for finetuning instead of running beside the
+    pretrain -> finetune chain (the default, which shares the cluster between them).
     Raises UserError for a bad option, before any Ray work.
     """
     from sptune.tune import pipeline
@@ -48,7 +51,8 @@ def run_study(config: str | Path, overrides: Sequence[str] = (), dir: str | Path
     _check_output(output)
     options = Options(num_samples=num_samples, max_concurrent=max_concurrent, workers=workers,
                       cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker, asha=asha, sampler=sampler,
-                      seed=seed, max_failures=max_failures, train_path=train_path, smoke=smoke, logger=logger)
+                      seed=seed, max_failures=max_failures, train_path=train_path, smoke=smoke, logger=logger,
+                      sequential_phases=sequential_phases)
     study_dir = Path(dir) if dir else default_dir(config, smoke, bool(seeds))
     if seeds:
         from sptune.tune import seeds as multi

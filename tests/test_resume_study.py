@@ -1,7 +1,8 @@
 """`sptune resume` after the study driver dies for real: SIGKILL (nothing saved on the way out) and
-Ctrl-C (SIGINT). A study runs in a subprocess until one pretraining trial has finished and another
-has checkpoints, the driver is stopped, and the resumed study must keep the finished trial as it
-was, continue the other from its latest checkpoint, and end with a complete results table.
+Ctrl-C (SIGINT), while the pretraining and scratch phases run concurrently (one trial each: 2 CPUs).
+A study runs in a subprocess until a trial has finished and a pretraining and a scratch trial have
+checkpoints; the driver is stopped, and the resumed study must keep the finished trial as it was,
+continue the others from their latest checkpoints, and end with a complete results table.
 """
 
 import os
@@ -25,11 +26,12 @@ CONFIG = {
     "task": {"name": "listops-mini", "max_val_examples": 32},
     "model": {"name": "transformer", "d_model": 16, "n_layers": 1, "n_heads": 2, "d_ff": 16},
     "optim": {"batch_size": 8, "max_steps": 8, "eval_every": 4, "warmup_steps": 0},
-    # Pretraining is long enough to be caught mid-way; its batch-8 trial finishes well before the batch-128 one.
-    "stages": {"pretrain": {"optim": {"max_steps": 300, "eval_every": 10}}},
+    # Pretraining and scratch are long enough to be caught mid-way, both at once.
+    "stages": {"pretrain": {"optim": {"max_steps": 300, "eval_every": 10}},
+               "scratch": {"optim": {"max_steps": 300, "eval_every": 10}}},
 }
-SPACE = {
-    "task": "listops-mini", "model": "transformer", "num_samples": 2, "max_concurrent": 2,
+SPACE = {  # one trial at a time per phase: the two phases share the 2 CPUs, one trial each
+    "task": "listops-mini", "model": "transformer", "num_samples": 2, "max_concurrent": 1,
     "stages": {"pretrain": {"params": {"optim.lr": [1e-3], "optim.batch_size": [8, 128]}},
                "finetune": {"params": {"optim.lr": [1e-3, 5e-4], "optim.batch_size": [8]}},
                "scratch": {"params": {"optim.lr": [1e-3, 5e-4], "optim.batch_size": [8]}}},
@@ -42,24 +44,30 @@ def sptune(*args, **kwargs):
                             **kwargs)
 
 
-def pretrain_runs(study_dir):
-    stage_dir = study_dir / "pretrain"
+def stage_runs(study_dir, stage):
+    stage_dir = study_dir / stage
     return sorted(p for p in stage_dir.iterdir() if (p / "trial.json").is_file()) if stage_dir.is_dir() else []
 
 
-def wait_for_midway(study_dir, proc, timeout=240):
-    """Until one pretraining trial has finished and another has a checkpoint but no result."""
+def midway(study_dir, stage):
+    """Trials of the stage with a checkpoint past step 20 but no result yet."""
+    return [r for r in stage_runs(study_dir, stage) if not (r / "result.json").is_file()
+            and (r / "progress.json").is_file() and files.read_json(r / "progress.json")["step"] >= 20]
+
+
+def wait_for_midway(study_dir, proc, timeout=300):
+    """Until a trial has finished, and a pretraining and a scratch trial have checkpoints but no result."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.stdout.read()[-3000:]
-        runs = pretrain_runs(study_dir)
-        finished = [r for r in runs if (r / "result.json").is_file()]
-        midway = [r for r in runs if not (r / "result.json").is_file() and (r / "progress.json").is_file()
-                  and files.read_json(r / "progress.json")["step"] >= 20]
-        if finished and midway:
-            return finished[0], midway[0]
+        finished = [r for stage in ("pretrain", "scratch") for r in stage_runs(study_dir, stage)
+                    if (r / "result.json").is_file()]
+        pretraining, scratch = midway(study_dir, "pretrain"), midway(study_dir, "scratch")
+        if finished and pretraining and scratch:
+            return finished[0], [pretraining[0], scratch[0]]
         time.sleep(0.2)
-    raise AssertionError("the study never reached a finished and a checkpointed-but-unfinished trial")
+    raise AssertionError("the study never reached a finished trial beside two checkpointed-but-unfinished "
+                         "ones (pretraining and scratch)")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
@@ -71,13 +79,13 @@ def test_resume_after_the_driver_dies(tmp_path, sig):
     driver = sptune("study", config, "--search-space", space, "--dir", study_dir, "--quiet")
     procs = [driver]
     try:
-        finished, midway = wait_for_midway(study_dir, driver)
+        finished, unfinished = wait_for_midway(study_dir, driver)
         os.kill(driver.pid, sig)
         output = driver.communicate(timeout=60)[0]
         if sig == signal.SIGINT:
             assert driver.returncode == 130 and f"sptune resume {study_dir}" in output
         kept = {name: (finished / name).read_bytes() for name in ("result.json", "trial.json", "best.pt")}
-        seen_step = files.read_json(midway / "progress.json")["step"]
+        seen_steps = [files.read_json(run / "progress.json")["step"] for run in unfinished]
 
         resumed = sptune("resume", study_dir, "--quiet")
         procs.append(resumed)
@@ -87,12 +95,14 @@ def test_resume_after_the_driver_dies(tmp_path, sig):
 
         # The finished trial was not run again: its files are byte for byte what they were.
         assert {name: (finished / name).read_bytes() for name in kept} == kept
-        # The unfinished one continued from its latest checkpoint, not from step 0.
-        trial = files.read_json(midway / "trial.json")
-        starts = [a["start_step"] for a in trial["attempts"]]
-        assert len(starts) == 2 and starts[0] == 0 and starts[1] >= seen_step > 0
-        history = files.read_json(midway / "result.json")["history"]
-        assert [h["step"] for h in history] == list(range(10, 301, 10))  # every eval exactly once
+        # The unfinished ones (pretraining and scratch) continued from their latest checkpoints, not from step 0.
+        for run, seen_step in zip(unfinished, seen_steps):
+            trial = files.read_json(run / "trial.json")
+            starts = [a["start_step"] for a in trial["attempts"]]
+            assert len(starts) == 2 and starts[0] == 0 and starts[1] >= seen_step > 0, run
+            history = files.read_json(run / "result.json")["history"]
+            assert [h["step"] for h in history] == list(range(10, 301, 10))  # every eval exactly once
+        assert files.read_json(study_dir / files.STUDY)["options"]["sequential_phases"] is False
 
         # The table is complete: 2 trials per stage, all completed, finetuning from the best pretraining.
         rows = results.collect(study_dir)

@@ -219,7 +219,7 @@ def test_damaged_last_checkpoint_on_resume_is_one_line(runs, tmp_path, capsys, k
 def test_study_trial_with_a_damaged_checkpoint_fails_with_the_reason(runs, tmp_path, monkeypatch):
     """stage_trainable as Tune calls it (Tune's context faked): the trial ends failed, the study would go on."""
     import ray
-    from ray import tune
+    from ray import tune as ray_tune
 
     from sptune.tune import trainable
 
@@ -232,9 +232,9 @@ def test_study_trial_with_a_damaged_checkpoint_fails_with_the_reason(runs, tmp_p
         def get_node_id(self):
             return "node"
 
-    monkeypatch.setattr(tune, "get_context", Context)
-    monkeypatch.setattr(tune, "get_checkpoint", lambda: None)
-    monkeypatch.setattr(tune, "report", lambda metrics, checkpoint=None: reports.append(metrics))
+    monkeypatch.setattr(ray_tune, "get_context", Context)
+    monkeypatch.setattr(ray_tune, "get_checkpoint", lambda: None)
+    monkeypatch.setattr(ray_tune, "report", lambda metrics, checkpoint=None: reports.append(metrics))
     monkeypatch.setattr(ray, "get_runtime_context", Context)
     params = {"optim.lr": 1e-3}
     spec = trainable.TrialSpec(stage="scratch", base=config.load(None, TINY).to_dict(), study_dir=str(tmp_path),

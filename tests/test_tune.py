@@ -14,7 +14,7 @@ import yaml
 from ray_fixtures import CONFIG, REPO, TINY, ray_instance, sptune_env  # noqa: F401 (fixture)
 
 from sptune import atomic, files
-from sptune.tune import pipeline, results, search, session, trainable
+from sptune.tune import pipeline, resources, results, search, session, trainable
 from sptune.cli import main
 from sptune.errors import UserError
 from sptune.registry import MODELS, TASKS
@@ -165,6 +165,60 @@ def test_study_direct_path_end_to_end(tmp_path, ray_instance):
     multiplexer.Reload()
     hparam_runs = multiplexer.PluginRunToTagToContent("hparams")
     assert len(hparam_runs) == 4 and all("_hparams_/session_start_info" in tags for tags in hparam_runs.values())
+
+
+def pretrain_waiting_for_scratch(params, spec):
+    """Pretraining that starts only once a scratch trial has: it can finish only if the phases run together."""
+    deadline = time.monotonic() + 120
+    while spec.stage == "pretrain" and not list(Path(spec.study_dir).glob("scratch/*/trial.json")):
+        if time.monotonic() > deadline:
+            raise RuntimeError("no scratch trial started while pretraining waited")
+        time.sleep(0.2)
+    trainable.stage_trainable(params, spec)
+
+
+def started(row):
+    return files.read_json(Path(row["run_dir"]) / "trial.json")["attempts"][0]["started"]
+
+
+def ended(row):
+    return (Path(row["run_dir"]) / "result.json").stat().st_mtime
+
+
+@pytest.mark.parametrize("sequential", [False, True], ids=["concurrent", "sequential"])
+def test_scratch_runs_beside_the_pretrain_finetune_chain(tmp_path, ray_instance, sequential):
+    # One trial at a time per phase: two phases fit the test's 2 CPUs (resources.room_for_two_phases).
+    state = new_study(tmp_path, options=pipeline.Options(max_failures=0, max_concurrent=1,
+                                                         sequential_phases=sequential))
+    assert state["options"]["sequential_phases"] is sequential
+    fn = trainable.stage_trainable
+    if not sequential:  # with sequential phases this pretraining would wait in vain
+        import ray
+
+        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this file
+        fn = pretrain_waiting_for_scratch
+    rows = pipeline.run(state["dir"], verbose=0, trainable=fn)
+    assert [r["stage"] for r in rows] == ["pretrain", "finetune", "scratch"]  # each phase ran its own trials
+    assert all(r["status"] == "completed" for r in rows)
+    assert files.read_json(Path(state["dir"]) / "study.json")["phases"] == dict.fromkeys(pipeline.STAGES, "done")
+    pretrain, finetune, scratch = rows
+    assert finetune["init_trial"] == pretrain["trial_id"] and started(finetune) > ended(pretrain)
+    if sequential:
+        assert started(scratch) > ended(finetune)
+    else:
+        assert started(scratch) < ended(pretrain)
+
+
+def test_phases_run_together_only_where_two_fit(ray_instance):
+    options = {"workers": 1, "cpus_per_worker": 1.0, "gpus_per_worker": 0.0, "max_concurrent": 1}
+    assert resources.room_for_two_phases(options) == (True, "")  # 2 x 1 trial x 1 CPU on 2 CPUs
+    together, why = resources.room_for_two_phases(dict(options, max_concurrent=2))
+    assert not together and "need 4 CPU, the cluster has 2 CPU" in why  # one phase fills the cluster
+
+
+def test_a_study_from_before_concurrent_phases_resumes_sequentially():
+    assert pipeline.sequential({"num_samples": 2}) and pipeline.sequential({"sequential_phases": True})
+    assert not pipeline.sequential({"sequential_phases": False})
 
 
 def test_diverged_trial_is_failed_and_the_search_continues(tmp_path, ray_instance):

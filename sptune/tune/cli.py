@@ -3,6 +3,7 @@
     sptune study configs/listops_mini_transformer.yaml                  # search space from task/model
     sptune study configs/listops_mini_transformer.yaml --smoke --dir /tmp/smoke
     sptune study configs/listops_mini_transformer.yaml --logger mlflow     # or wandb; --verbose: Ray's tables
+    sptune study configs/listops_mini_transformer.yaml --sequential-phases # scratch after finetuning, not beside
     sptune resume runs/study-listops_mini_transformer                   # after Ctrl-C / a killed driver
     sptune resume runs/study-listops_mini_transformer --retry-failed    # also rerun crashed trials
     sptune results runs/study-listops_mini_transformer                  # table + results.csv

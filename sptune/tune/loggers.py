@@ -46,6 +46,19 @@ def prepare(name: str) -> None:
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # read when the callback opens the store
 
 
+def create_experiment(name: str, study_dir: Path) -> None:
+    """The study's MLflow experiment, made once before the phases start: phases running concurrently
+    would each find it missing and both create it, and the second creation fails."""
+    if name != "mlflow":
+        return
+    prepare(name)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(mlflow_uri(study_dir))
+    if client.get_experiment_by_name(Path(study_dir).resolve().name) is None:
+        client.create_experiment(Path(study_dir).resolve().name)
+
+
 def callbacks(name: str, study_dir: Path, phase: str) -> list:
     study_dir = Path(study_dir).resolve()
     if name == "wandb":

@@ -27,6 +27,7 @@ class Options:
     train_path: str = "auto"  # "auto" | "direct" | "train"
     smoke: bool = False  # `sptune study --smoke`: tiny model, 8 steps, 2 trials per stage
     logger: str = "tensorboard"  # experiment tracker (sptune.tune.loggers)
+    sequential_phases: bool = False  # True: the scratch search waits for finetuning instead of running beside it
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -48,6 +49,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--train-path", choices=PATHS, default=defaults.train_path,
                         help="direct: run in the Tune trial; train: Ray Train TorchTrainer (auto: direct for one "
                              "CPU worker)")
+    parser.add_argument("--sequential-phases", action="store_true",
+                        help="run the scratch search after finetuning, not beside the pretrain -> finetune chain")
     parser.add_argument("--address", help="Ray cluster to join (default: start a local Ray instance)")
     parser.add_argument("--logger", choices=LOGGERS, default=defaults.logger,
                         help="experiment tracker: every trial a run with its config, lineage and evals "

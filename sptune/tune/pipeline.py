@@ -6,6 +6,14 @@
                from its best checkpoint; every finetune trial records that trial and step
     scratch    search the same task from a random init: the baseline
 
+Phases run concurrently when the cluster has room for two phases' trials (options.sequential_phases false,
+the default; sptune.tune.resources.room_for_two_phases): the scratch search depends on nothing, so it runs
+beside the pretrain -> finetune chain and the two share the cluster (Ray schedules the trials of both; each
+phase keeps its own max_concurrent). The chain runs in the driver's main thread,
+where Ctrl-C arrives; scratch runs in a second thread, whose Tuner Ray Tune allows (it installs no signal
+handler off the main thread), and is interrupted the same way when the chain stops. `sequential_phases`
+(a study from before the option: always) runs the three one after another.
+
 A study directory holds everything, so `sptune resume <dir>` needs nothing else:
 
     study.json            what was asked (configs per stage, search space, options), phase states,
@@ -31,10 +39,11 @@ from __future__ import annotations
 
 import copy
 import logging
+import threading
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from sptune import atomic, files, output
 from sptune.config import STAGES
@@ -137,6 +146,7 @@ def resolve_options(options: Options, space: search.SearchSpace) -> dict[str, An
         "asha": asha, "asha_min_trials": 0 if asked else search.ASHA_MIN_TRIALS, "sampler": options.sampler or space.sampler,
         "seed": space.seed if options.seed is None else options.seed,
         "max_failures": options.max_failures, "smoke": options.smoke, "logger": options.logger,
+        "sequential_phases": options.sequential_phases,
     }
     if resolved["workers"] < 1 or resolved["cpus_per_worker"] <= 0 or resolved["gpus_per_worker"] < 0:
         raise UserError("--workers must be >= 1, --cpus-per-worker > 0 and --gpus-per-worker >= 0")
@@ -155,8 +165,25 @@ def load_state(study_dir: str | Path) -> dict[str, Any]:
     return files.read_json(path)
 
 
+# Concurrent phases update one state dict from two threads: every change and write of it holds this lock.
+_state_lock = threading.RLock()
+_registry_lock = threading.Lock()  # Ray Tune's trainable registry (see run_phase)
+
+
 def save_state(study_dir: Path, state: dict[str, Any]) -> None:
-    atomic.write_json(Path(study_dir) / files.STUDY, state)
+    with _state_lock:
+        atomic.write_json(Path(study_dir) / files.STUDY, state)
+
+
+def set_phase(study_dir: Path, state: dict[str, Any], phase: str, status: str) -> None:
+    with _state_lock:
+        state["phases"][phase] = status
+        save_state(study_dir, state)
+
+
+def sequential(options: dict[str, Any]) -> bool:
+    """A study created before phases could run concurrently has no such option: it goes on as it started."""
+    return options.get("sequential_phases", True)
 
 
 def describe_path(options: dict[str, Any]) -> str:
@@ -183,23 +210,83 @@ def run(study_dir: str | Path, address: str | None = None, verbose: int = 1,
     study_dir = Path(study_dir).resolve()
     state = load_state(study_dir)
     log.info("%s", describe_path(state["options"]))
+    run_chain = partial(_run_chain, study_dir, state, trainable, verbose, retry_failed)
     with ray_session(study_dir, address):
         resources.check_cluster(state["options"]["gpus_per_worker"])
-        for phase in STAGES:
-            if phase in state["phases"] and not (  # "done", or "skipped: <why>"
-                    retry_failed and state["phases"][phase] == "done" and crashed_trials(study_dir, phase)):
-                continue
-            if phase == "finetune" and not select_pretraining(study_dir, state):
-                state["phases"]["finetune"] = "skipped: no pretraining trial completed"
-                save_state(study_dir, state)
-                output.say("finetune: skipped, no pretraining trial completed")
-                continue
-            run_phase(study_dir, state, phase, trainable, verbose)
-            state["phases"][phase] = "done"
-            save_state(study_dir, state)
+        together, why = (False, "") if sequential(state["options"]) else resources.room_for_two_phases(state["options"])
+        if not together:
+            if why:
+                log.info("%s", why)
+            run_chain(STAGES, threading.Event())
+        else:
+            loggers.create_experiment(state["options"].get("logger", "tensorboard"), study_dir)
+            run_concurrently(run_chain, [("pretrain", "finetune"), ("scratch",)])
     rows = results.collect(study_dir)
     results.write_csv(rows, study_dir / files.RESULTS_CSV)
     return rows
+
+
+def _run_chain(study_dir: Path, state: dict[str, Any], trainable: Callable[..., None], verbose: int,
+               retry_failed: bool, phases: Iterable[str], stopping: threading.Event) -> None:
+    """Run the phases one after another; once `stopping` is set (the study was interrupted), a phase whose
+    Tuner returns is not marked done: its trials may have been cut short, and a resume continues them."""
+    for phase in phases:
+        if phase in state["phases"] and not (  # "done", or "skipped: <why>"
+                retry_failed and state["phases"][phase] == "done" and crashed_trials(study_dir, phase)):
+            continue
+        if phase == "finetune" and not select_pretraining(study_dir, state):
+            set_phase(study_dir, state, "finetune", "skipped: no pretraining trial completed")
+            output.say("finetune: skipped, no pretraining trial completed")
+            continue
+        run_phase(study_dir, state, phase, trainable, verbose)
+        if stopping.is_set():
+            return
+        set_phase(study_dir, state, phase, "done")
+
+
+def run_concurrently(run_chain: Callable[[Iterable[str], threading.Event], None],
+                     chains: list[tuple[str, ...]]) -> None:
+    """The first chain in this (the main) thread, each other in a thread of its own; all finish, or all stop.
+
+    Ctrl-C reaches only the main thread. There, or on any error, the other chains get a KeyboardInterrupt
+    raised in their threads (CPython's PyThreadState_SetAsyncExc), which stops their Tuners just as Ctrl-C
+    stops a Tuner in the main thread; their phases stay unfinished for a resume. An error in another chain
+    is raised here once the main chain is done."""
+    stopping = threading.Event()
+    errors: list[BaseException] = []
+
+    def guarded(phases: tuple[str, ...]) -> None:
+        try:
+            run_chain(phases, stopping)
+        except BaseException as error:  # noqa: BLE001 (handed to the main thread, which raises it)
+            if not stopping.is_set():
+                errors.append(error)
+
+    threads = [threading.Thread(target=guarded, args=(phases,), name=f"sptune-{'-'.join(phases)}", daemon=True)
+               for phases in chains[1:]]
+    for thread in threads:
+        thread.start()
+    try:
+        run_chain(chains[0], stopping)
+        for thread in threads:
+            while thread.is_alive():  # join with a timeout: Ctrl-C stays deliverable while waiting
+                thread.join(0.5)
+    except BaseException:
+        stopping.set()
+        for thread in threads:
+            _interrupt(thread)
+        for thread in threads:
+            thread.join(60)
+        raise
+    if errors:
+        raise errors[0]
+
+
+def _interrupt(thread: threading.Thread) -> None:
+    import ctypes
+
+    if thread.ident is not None and thread.is_alive():
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(KeyboardInterrupt))
 
 
 def crashed_trials(study_dir: Path, phase: str) -> list[Path]:
@@ -212,13 +299,15 @@ def select_pretraining(study_dir: Path, state: dict[str, Any]) -> dict[str, Any]
     """The best pretraining trial by validation metric, a tie broken by validation loss (results.best_row);
     kept in study.json with what selected it, so a resume reuses it."""
     if state.get("selected") is None:
+        # Only pretraining rows: scratch trials may be writing their results meanwhile.
         best, how = results.best_row(results.collect(study_dir), "pretrain")
         if best is None:
             return None
-        state["selected"] = {"trial": best["trial_id"], "run_dir": best["run_dir"], "step": best["best_step"],
-                             "best_val": best["best_val"], "best_val_loss": best.get("best_val_loss"),
-                             "selected_by": how, "checkpoint": str(Path(best["run_dir"]) / files.BEST)}
-        save_state(study_dir, state)
+        with _state_lock:
+            state["selected"] = {"trial": best["trial_id"], "run_dir": best["run_dir"], "step": best["best_step"],
+                                 "best_val": best["best_val"], "best_val_loss": best.get("best_val_loss"),
+                                 "selected_by": how, "checkpoint": str(Path(best["run_dir"]) / files.BEST)}
+            save_state(study_dir, state)
     return state["selected"]
 
 
@@ -233,13 +322,23 @@ def trial_spec(study_dir: Path, state: dict[str, Any], phase: str) -> TrialSpec:
 
 def run_phase(study_dir: Path, state: dict[str, Any], phase: str, trainable: Callable[..., None],
               verbose: int) -> None:
-    from ray import tune
+    from ray import tune as ray_tune
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
     from sptune.tune.progress import PhaseProgress
 
     spec = trial_spec(study_dir, state, phase)
-    fn = tune.with_resources(tune.with_parameters(trainable, spec=spec), trial_resources(spec))
+    fn = ray_tune.with_resources(ray_tune.with_parameters(trainable, spec=spec), trial_resources(spec))
+    if not sequential(state["options"]):
+        # Tune registers a trainable under its name, one registry per Ray job: two phases running at once
+        # under one name would start each other's trials, and the registry is a plain dict that two
+        # threads must not write at once. So each phase registers its own name here, one at a time, and
+        # hands Tune the name. (A study from before concurrent phases keeps the function: Tuner.restore
+        # checks the name.)
+        name = f"{phase}_{fn.__name__}"
+        with _registry_lock:
+            ray_tune.register_trainable(name, fn)
+        fn = name
     experiment = study_dir / "tune" / phase
     # Not searched, the same in every trial's config: what trackers log as the trial's lineage.
     lineage = {"name": study_dir.name, "stage": phase}
@@ -249,16 +348,16 @@ def run_phase(study_dir: Path, state: dict[str, Any], phase: str, trainable: Cal
     param_space = {LINEAGE_KEY: lineage}
     logger = state["options"].get("logger", "tensorboard")
     loggers.prepare(logger)
-    if tune.Tuner.can_restore(str(experiment)):
+    if ray_tune.Tuner.can_restore(str(experiment)):
         # The callbacks and the searcher come back from the experiment (the searcher reopens the journal).
         log.info("restoring the %s search from %s", phase, experiment)
-        tuner = tune.Tuner.restore(str(experiment), fn, resume_unfinished=True, resume_errored=True,
+        tuner = ray_tune.Tuner.restore(str(experiment), fn, resume_unfinished=True, resume_errored=True,
                                    param_space=param_space)
     else:
         options = state["options"]
         stage_space = search.parse({"stages": {phase: state["space"]["stages"][phase]}}).stages[phase]
         trials = search.trial_count(stage_space, options["num_samples"])
-        tuner = tune.Tuner(fn, param_space=param_space, tune_config=tune.TuneConfig(
+        tuner = ray_tune.Tuner(fn, param_space=param_space, tune_config=ray_tune.TuneConfig(
             search_alg=search.limit(search.make_searcher(stage_space, options["sampler"], options["seed"],
                                                          journal=study_dir / files.OPTUNA_JOURNAL,
                                                          study_name=search.optuna_study_name(study_dir, phase)),
@@ -267,10 +366,10 @@ def run_phase(study_dir: Path, state: dict[str, Any], phase: str, trainable: Cal
             num_samples=trials, reuse_actors=True,
             trial_name_creator=partial(_trial_name, phase),
             trial_dirname_creator=partial(_trial_name, phase)),
-            run_config=tune.RunConfig(
+            run_config=ray_tune.RunConfig(
                 name=phase, storage_path=str(study_dir / "tune"), verbose=verbose,
-                failure_config=tune.FailureConfig(max_failures=options["max_failures"]),
-                checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+                failure_config=ray_tune.FailureConfig(max_failures=options["max_failures"]),
+                checkpoint_config=ray_tune.CheckpointConfig(num_to_keep=1),
                 # Tune's own TensorBoard logger is left out: the study's TensorBoard runs are the trials'.
                 callbacks=[JsonLoggerCallback(), CSVLoggerCallback(), outcomes.make_outcomes_callback(spec),
                            *loggers.callbacks(logger, study_dir, phase),

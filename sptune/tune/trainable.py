@@ -107,20 +107,20 @@ def run_name(stage: str, trial_id: str, params: dict[str, Any]) -> str:
 
 def stage_trainable(params: dict[str, Any], spec: TrialSpec) -> None:
     """The Tune function trainable (wrapped with tune.with_parameters(..., spec=spec))."""
-    from ray import tune
+    from ray import tune as ray_tune
 
     params = searched(params)
-    trial_id = tune.get_context().get_trial_id()
+    trial_id = ray_tune.get_context().get_trial_id()
     run_dir = Path(spec.study_dir) / spec.stage / run_name(spec.stage, trial_id, params)
     done = files.finished_result(run_dir)
     if done is not None:
         # Finished before the study driver died but after Tune's last snapshot: never run it again.
-        tune.report(final_metrics(done, files.read_json(run_dir / files.TRIAL).get("wall_seconds")))
+        ray_tune.report(final_metrics(done, files.read_json(run_dir / files.TRIAL).get("wall_seconds")))
         return
     cfg = trial_config(spec, params)
     init_from = Path(spec.init["run_dir"]) if spec.init else None
     if spec.path == "direct":
-        restore_files(tune.get_checkpoint(), run_dir)  # before attempt(): it records the step resumed from
+        restore_files(ray_tune.get_checkpoint(), run_dir)  # before attempt(): it records the step resumed from
     with attempt(run_dir, spec, trial_id, params) as clock:
         write_hparams(run_dir, spec, params, {"status": "running"})  # listed in TensorBoard however it ends
         if spec.path == "direct":
@@ -128,7 +128,7 @@ def stage_trainable(params: dict[str, Any], spec: TrialSpec) -> None:
         else:
             result = run_under_torch_trainer(cfg, spec, run_dir, trial_id, init_from)
     write_hparams(run_dir, spec, params, result, result.get("steps"))
-    tune.report(final_metrics(result, clock.total()))
+    ray_tune.report(final_metrics(result, clock.total()))
 
 
 def run_guarded(cfg: Config, stage: str, init_from: Path | None, on_eval: Any, run_dir: Path) -> dict[str, Any]:
@@ -176,13 +176,13 @@ def final_metrics(result: dict[str, Any], wall_seconds: float | None = None) -> 
 
 
 def report_to_tune(clock: "Clock"):
-    from ray import tune
+    from ray import tune as ray_tune
 
     def on_eval(record: dict[str, Any], run_dir: Path) -> None:
         metrics = eval_metrics(record, clock.total())
         atomic.write_json(run_dir / files.PROGRESS, metrics)
         with checkpoint_dir(run_dir) as path:
-            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(path))
+            ray_tune.report(metrics, checkpoint=ray_tune.Checkpoint.from_directory(path))
 
     return on_eval
 
