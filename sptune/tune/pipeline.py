@@ -217,6 +217,7 @@ def run(study_dir: str | Path, address: str | None = None, verbose: int = 1,
         if not together:
             if why:
                 log.info("%s", why)
+                output.say(why)
             run_chain(STAGES, threading.Event())
         else:
             loggers.create_experiment(state["options"].get("logger", "tensorboard"), study_dir)
