@@ -3,9 +3,11 @@
 `launch` copies cluster.yaml (AWS's defaults filled in, as Ray does for `type: aws`), swaps only its
 provider section for the recording provider, and runs, with nothing launched and nothing executed:
   1. `ray up`: `create_or_update_cluster`, which sets up the head (NodeUpdater with the head's lists);
-  2. the autoscaler on the head, for one node of every worker type: Ray 2.60's `ray up` starts the v2
-     autoscaler (RAY_enable_autoscaler_v2=1), whose RayInstaller runs a NodeUpdater per new node with
-     that node type's lists, from the bootstrap config `ray up` copied to the head.
+  2. the autoscaler on the head, for one node of every worker type, from the bootstrap config `ray up`
+     copied to the head: Ray 2.60's `ray up` starts the v2 autoscaler (RAY_enable_autoscaler_v2=1), whose
+     RayInstaller runs a NodeUpdater per new node with that node type's lists; `autoscaler="v1"` runs
+     the v1 StandardAutoscaler's launch and update instead (RAY_UP_enable_autoscaler_v2=0), whose lists
+     come from `_get_node_type_specific_fields`.
 `NodeView` reads one node's record: host commands, container commands (unwrapped from Ray's
 `docker exec`), its `docker run` line and its file-mount copies.
 """
@@ -53,8 +55,9 @@ def recording_config(cluster_yaml: Path, out: Path) -> dict:
     return cluster
 
 
-def launch(cluster_yaml: Path, checkout: Path, home: Path) -> tuple[dict, list[Step]]:
-    """Run `ray up` and the worker setup from `checkout` (the cwd) with HOME=home; the cluster and its record."""
+def launch(cluster_yaml: Path, home: Path, autoscaler: str = "v2") -> tuple[dict, list[Step]]:
+    """Run `ray up` from the cwd (the checkout) with HOME=home, then the worker setup of the `autoscaler`
+    ("v2", Ray 2.60's default, or "v1"); the cluster config and its record."""
     from ray.autoscaler._private import commands
 
     RECORDING.steps.clear()
@@ -62,30 +65,48 @@ def launch(cluster_yaml: Path, checkout: Path, home: Path) -> tuple[dict, list[S
     cluster = recording_config(cluster_yaml, home / "cluster.yaml")
     commands.create_or_update_cluster(str(home / "cluster.yaml"), None, None, no_restart=False, restart_only=False,
                                       yes=True, no_config_cache=True)
-    set_up_workers(cluster)
+    bootstrap = bootstrap_config(RECORDING.steps, cluster["file_mounts"])
+    workers = [name for name in cluster["available_node_types"] if name != cluster["head_node_type"]]
+    {"v1": set_up_workers_v1, "v2": set_up_workers_v2}[autoscaler](bootstrap, workers)
     return cluster, list(RECORDING.steps)
 
 
-def set_up_workers(cluster: dict) -> None:
-    """What the head's autoscaler runs on one new node of every worker type."""
+def set_up_workers_v2(bootstrap: dict, node_types: list[str]) -> None:
+    """What the v2 autoscaler on the head runs on one new node of each type (its RayInstaller)."""
     from ray.autoscaler._private.providers import _get_node_provider
     from ray.autoscaler.tags import NODE_KIND_HEAD, NODE_KIND_WORKER, TAG_RAY_NODE_KIND, TAG_RAY_USER_NODE_TYPE
     from ray.autoscaler.v2.instance_manager.config import AutoscalingConfig
     from ray.autoscaler.v2.instance_manager.ray_installer import RayInstaller
     from ray.core.generated.instance_manager_pb2 import Instance
 
-    bootstrap = bootstrap_config(RECORDING.steps, cluster["file_mounts"])
     provider = _get_node_provider(bootstrap["provider"], bootstrap["cluster_name"])
     (head,) = provider.non_terminated_nodes({TAG_RAY_NODE_KIND: NODE_KIND_HEAD})
     installer = RayInstaller(provider, AutoscalingConfig(bootstrap))
-    for node_type, spec in cluster["available_node_types"].items():
-        if node_type == cluster["head_node_type"]:
-            continue
-        provider.create_node(spec["node_config"], {TAG_RAY_NODE_KIND: NODE_KIND_WORKER,
-                                                   TAG_RAY_USER_NODE_TYPE: node_type}, 1)
+    for node_type in node_types:
+        provider.create_node(bootstrap["available_node_types"][node_type]["node_config"],
+                             {TAG_RAY_NODE_KIND: NODE_KIND_WORKER, TAG_RAY_USER_NODE_TYPE: node_type}, 1)
         node_id = provider.non_terminated_nodes({TAG_RAY_USER_NODE_TYPE: node_type})[-1]
         installer.install_ray(Instance(instance_type=node_type, cloud_instance_id=node_id),
                               head_node_ip=provider.internal_ip(head))
+
+
+def set_up_workers_v1(bootstrap: dict, node_types: list[str]) -> None:
+    """What the v1 StandardAutoscaler on the head runs: it launches one node of each type (in the
+    foreground) and updates it as its update loop does (should_update, then spawn_updater)."""
+    from ray.autoscaler._private.autoscaler import NonTerminatedNodes, StandardAutoscaler
+    from ray.autoscaler._private.load_metrics import LoadMetrics
+
+    bootstrap["provider"]["foreground_node_launch"] = True
+    autoscaler = StandardAutoscaler(lambda: bootstrap, LoadMetrics(), gcs_client=None)
+    for node_type in node_types:
+        autoscaler.launch_new_node(1, node_type)
+    autoscaler.non_terminated_nodes = NonTerminatedNodes(autoscaler.provider)
+    for node_id in autoscaler.non_terminated_nodes.worker_ids:
+        _, setup, start, docker = autoscaler.should_update(node_id)
+        autoscaler.spawn_updater(node_id, setup, start, autoscaler._node_resources(node_id),
+                                 autoscaler._node_labels(node_id), docker)
+        autoscaler.updaters[node_id].join()
+        assert autoscaler.updaters[node_id].exitcode == 0, f"{node_id}: the update failed"
 
 
 def bootstrap_config(steps: list[Step], local_mounts: dict[str, str]) -> dict:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from launch_harness import CHECKOUT_EXTRAS, NodeView, launch, rsync_copies, user_checkout
 from ray_fixtures import REPO
 
@@ -117,7 +118,8 @@ def installs_then_starts_ray(node: NodeView, package_dir: str) -> list[str]:
     return problems
 
 
-def test_ray_up_gives_every_node_what_a_study_needs(tmp_path, monkeypatch):
+@pytest.mark.parametrize("autoscaler", ["v2", "v1"])
+def test_ray_up_gives_every_node_what_a_study_needs(tmp_path, monkeypatch, autoscaler):
     checkout = user_checkout(REPO, tmp_path / "checkout")
     home = tmp_path / "home"
     (home / ".ray").mkdir(parents=True)
@@ -126,7 +128,7 @@ def test_ray_up_gives_every_node_what_a_study_needs(tmp_path, monkeypatch):
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
     monkeypatch.chdir(checkout)  # `ray up cluster.yaml` from the repository root
 
-    cluster, steps = launch(REPO / "cluster.yaml", checkout, home)
+    cluster, steps = launch(REPO / "cluster.yaml", home, autoscaler)
 
     head = NodeView.of(cluster["head_node_type"], steps)
     workers = [NodeView.of(name, steps) for name in cluster["available_node_types"] if name != head.name]
