@@ -99,8 +99,8 @@ def wrap_model(model: nn.Module, device: torch.device, distributed: bool,
     DDP wraps first, then torch.compile compiles the wrapper: PyTorch's documented order, in which the
     compiler sees DDP's gradient buckets and splits its graphs at their boundaries so each bucket's
     all-reduce overlaps the rest of the backward pass (compiled first, the backward is one graph whose
-    gradients all arrive at its end). Evaluation never goes
-    through DDP (its forward syncs buffers across ranks); under DDP it calls the model, compiled apart."""
+    gradients all arrive at its end). Evaluation never goes through DDP (its forward syncs buffers
+    across ranks); under DDP it calls the model, compiled apart."""
     evaluated = compile_model(model, device) if compile else model
     if not distributed:
         return evaluated, None, evaluated
