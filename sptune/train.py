@@ -38,8 +38,8 @@ from sptune.models.backbone import SequenceModel, drop_mask_channel
 from sptune.objectives import Denoising, MaskDraw, Metric, causal_denoising, denoising_loss, masked_denoising
 from sptune.registry import check_names, get_task
 from sptune.tasks.base import Split, Task
-from sptune.train_setup import (autocast, compile_model, distributed_rank, make_optimizer, make_progress, make_schedule,
-                                make_writer, pick_device)
+from sptune.train_setup import (autocast, distributed_rank, make_optimizer, make_progress, make_schedule, make_writer,
+                                pick_device, wrap_model)
 
 log = logging.getLogger("sptune.train")
 
@@ -161,7 +161,8 @@ def claim(run_dir: Path, cfg: Config, fp: fingerprint.Fingerprint, restart: bool
 
 # ----------------------------------------------------------------------------- the stage function
 def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: OnEval | None = None,
-              run_dir: Path | None = None, restart: bool = False) -> dict[str, Any]:
+              run_dir: Path | None = None, restart: bool = False,
+              train_device: torch.device | None = None) -> dict[str, Any]:
     if stage not in STAGES:
         raise UserError(f"unknown stage '{stage}'; choose one of: {', '.join(STAGES)}")
 
@@ -179,7 +180,7 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
     torch.manual_seed(cfg.run.seed)
     if cfg.run.num_threads > 0:
         torch.set_num_threads(cfg.run.num_threads)
-    device = pick_device(cfg.run.device, rank)
+    device = pick_device(cfg.run.device, rank, train_device)  # train_device: Ray Train's, for its workers
 
     # 2. Data: the task's splits, the training fraction (nested prefixes of one permutation).
     splits = task.load(cfg.task.data_dir or None, seed=cfg.run.seed)
@@ -203,11 +204,10 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
         x1 = d1.inputs
     cost = flops.measure(model, x1, lengths1, task.seq_len)
     model.to(device)
-    # `model` stays the plain module (checkpoints hold its state_dict); `run_model` computes (compiled when
-    # run.compile), `trained` is what the loop backpropagates through (DDP all-reduces its gradients).
-    run_model = compile_model(model, device) if cfg.run.compile else model
-    ddp = nn.parallel.DistributedDataParallel(run_model) if world > 1 else None
-    trained = ddp or run_model
+    # `model` stays the plain module (checkpoints hold its state_dict); `trained` is what the loop
+    # backpropagates through (DDP all-reduces its gradients; compiled after DDP wraps it, when run.compile),
+    # `run_model` what evaluation calls (compiled when run.compile, never DDP).
+    trained, ddp, run_model = wrap_model(model, device, world > 1, cfg.run.compile)
 
     # 4. Optimizer and schedule: AdamW with parameter groups; warmup then cosine or constant, per step.
     max_steps = cfg.optim.max_steps

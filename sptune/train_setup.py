@@ -31,12 +31,19 @@ def distributed_rank() -> tuple[int, int]:
     return 0, 1
 
 
-def pick_device(name: str, rank: int) -> torch.device:
+def pick_device(name: str, rank: int, train_device: torch.device | None = None) -> torch.device:
+    """The device to train on. `train_device` is Ray Train's choice for this worker
+    (ray.train.torch.get_device(), its GPU among those Ray assigned it): it is made the current CUDA
+    device (NCCL and the fused optimizer allocate there). `cuda:{rank % device_count}` is only right
+    for a plain run or evenly placed single-GPU ranks, not with gpus_per_worker > 1 or uneven placement."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda":
         if not torch.cuda.is_available():
             raise UserError("run.device=cuda but no CUDA device is visible; use run.device=auto or cpu")
+        if train_device is not None and train_device.type == "cuda":
+            torch.cuda.set_device(train_device)
+            return train_device
         return torch.device("cuda", rank % torch.cuda.device_count())
     return torch.device("cpu")
 
@@ -84,6 +91,21 @@ def make_optimizer(model: nn.Module, cfg: Config) -> torch.optim.Optimizer:
     on_cuda = all(p.is_cuda for g in groups for p in g["params"])
     return torch.optim.AdamW(groups, lr=cfg.optim.lr, betas=cfg.optim.betas,
                              **({"fused": True} if on_cuda else {"foreach": True}))
+
+
+def wrap_model(model: nn.Module, device: torch.device, distributed: bool,
+               compile: bool) -> tuple[nn.Module, nn.parallel.DistributedDataParallel | None, nn.Module]:
+    """(what the loop backpropagates through, its DDP wrapper or None, what evaluation calls).
+    DDP wraps first, then torch.compile compiles the wrapper: PyTorch's documented order, in which the
+    compiler sees DDP's gradient buckets and splits its graphs at their boundaries so each bucket's
+    all-reduce overlaps the rest of the backward pass (compiled first, the backward is one graph whose
+    gradients all arrive at its end). Evaluation never goes through DDP (its forward syncs buffers
+    across ranks); under DDP it calls the model, compiled apart."""
+    evaluated = compile_model(model, device) if compile else model
+    if not distributed:
+        return evaluated, None, evaluated
+    ddp = nn.parallel.DistributedDataParallel(model)
+    return (compile_model(ddp, device) if compile else ddp), ddp, evaluated
 
 
 def compile_model(model: nn.Module, device: torch.device) -> nn.Module:

@@ -250,8 +250,9 @@ def losses(result):
 @pytest.mark.slow  # compiling forward, backward and eval graphs on CPU: ~30 s cold
 def test_compiled_model_trains_like_eager(tmp_path, monkeypatch):
     compiled_models = []
-    original = train.compile_model
-    monkeypatch.setattr(train, "compile_model", lambda *a: compiled_models.append(original(*a)) or compiled_models[-1])
+    original = train_setup.compile_model
+    monkeypatch.setattr(train_setup, "compile_model",
+                        lambda *a: compiled_models.append(original(*a)) or compiled_models[-1])
     quick = ["optim.max_steps=4", "optim.eval_every=2", "task.max_val_examples=16"]
     eager = train.pretrain(tiny(tmp_path / "eager", *quick))
     compiled = train.pretrain(tiny(tmp_path / "compiled", *quick, "run.compile=true"))

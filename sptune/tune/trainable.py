@@ -27,7 +27,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from sptune import atomic, checkpoints, files
 from sptune.config import Config, from_dict, merge
@@ -131,9 +131,11 @@ def stage_trainable(params: dict[str, Any], spec: TrialSpec) -> None:
     ray_tune.report(final_metrics(result, clock.total()))
 
 
-def run_guarded(cfg: Config, stage: str, init_from: Path | None, on_eval: Any, run_dir: Path) -> dict[str, Any]:
-    """run_stage on the device this Ray process was given; a deterministic failure (GPUs torch cannot
-    use, CUDA out of memory, a damaged or another model's checkpoint) ends the trial as `failed` with its reason instead of raising, since a
+def run_guarded(cfg: Config, stage: str, init_from: Path | None, on_eval: Any, run_dir: Path,
+                train_device: Callable[[], Any] | None = None) -> dict[str, Any]:
+    """run_stage on the device this Ray process was given (on a Ray Train worker, `train_device()`:
+    Train's GPU for it); a deterministic failure (GPUs torch cannot use, CUDA out of memory, a damaged
+    or another model's checkpoint) ends the trial as `failed` with its reason instead of raising, since a
     retry would fail the same way (sptune.tune.failures)."""
     from sptune.tune import failures, resources
 
@@ -141,7 +143,8 @@ def run_guarded(cfg: Config, stage: str, init_from: Path | None, on_eval: Any, r
     if reason is None:
         cfg.run.device = device
         try:
-            return run_stage(cfg, stage, init_from, on_eval, run_dir)
+            chosen = train_device() if train_device and device == "cuda" else None
+            return run_stage(cfg, stage, init_from, on_eval, run_dir, train_device=chosen)
         except Exception as exc:
             reason = failures.deterministic_reason(exc)
             if reason is None:
@@ -150,10 +153,10 @@ def run_guarded(cfg: Config, stage: str, init_from: Path | None, on_eval: Any, r
     return failures.failed_result(run_dir, stage, reason)
 
 
-def run_stage(*args: Any) -> dict[str, Any]:
+def run_stage(*args: Any, **kwargs: Any) -> dict[str, Any]:
     from sptune import train  # imported in the trial process: torch and the models load there
 
-    return train.run_stage(*args)
+    return train.run_stage(*args, **kwargs)
 
 
 # ----------------------------------------------------------------------------- reporting
@@ -371,7 +374,15 @@ def train_worker(loop_config: dict[str, Any]) -> None:
     init_from = Path(loop_config["init_from"]) if loop_config["init_from"] else None
     # A deterministic failure returns normally (after rank 0 wrote result.json): raising would make
     # Train restart the worker group max_failures times, to fail the same way.
-    run_guarded(from_dict(loop_config["cfg"]), loop_config["stage"], init_from, on_eval, run_dir)
+    run_guarded(from_dict(loop_config["cfg"]), loop_config["stage"], init_from, on_eval, run_dir,
+                train_device=ray_train_device)
+
+
+def ray_train_device() -> Any:
+    """This Train worker's device by Ray Train's contract (its GPU among those Ray assigned the worker)."""
+    import ray.train.torch
+
+    return ray.train.torch.get_device()
 
 
 def _step_wall(run_dir: Path) -> float:
