@@ -24,6 +24,7 @@ searcher is saved with Tune's snapshots (save/restore) and each sub-searcher reo
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import traceback
 from functools import partial
@@ -42,6 +43,8 @@ TUNE_NAME = "experiment"
 # path, pretraining opens it, scratch depends on nothing and fills what is left.
 PRIORITY = ("finetune", "pretrain", "scratch")
 DONE = "done"
+PENDING_ENV = "TUNE_MAX_PENDING_TRIALS_PG"
+MAX_PENDING = 200  # Tune's own figure for fast autoscaling
 
 
 def phase_finished(status: Any) -> bool:
@@ -233,6 +236,10 @@ def run(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callable[...
                  for key, path in cell_dirs.items()}
     fn = ray_tune.with_resources(ray_tune.with_parameters(cell_trainable, stage_fn=stage_fn),
                                  partial(trial_placement, resources))
+    # Tune keeps one trial pending at a time behind a custom searcher (tune_controller.get_max_pending_trials):
+    # a slot freed while another trial's actor starts would wait for it. The cells' own limits bound the
+    # pending trials instead (queued trials are also what makes an autoscaler add nodes).
+    os.environ.setdefault(PENDING_ENV, str(min(MAX_PENDING, concurrency_bound(states))))
     storage = experiment_dir / "tune"
     if ray_tune.Tuner.can_restore(str(storage / TUNE_NAME)):
         log.info("restoring the experiment's Tune run from %s", storage / TUNE_NAME)
@@ -257,6 +264,12 @@ def total_trials(states: dict[str, dict[str, Any]]) -> int:
         total += sum(search.trial_count(parsed[p], state["options"]["num_samples"])
                      for p in STAGES if p not in state["phases"])
     return max(total, 1)
+
+
+def concurrency_bound(states: dict[str, dict[str, Any]]) -> int:
+    """The most trials the cells' phases may run at once (each phase at its max_concurrent)."""
+    return sum(state["options"]["max_concurrent"] * sum(p not in state["phases"] for p in STAGES)
+               for state in states.values()) or 1
 
 
 def max_failures(states: dict[str, dict[str, Any]]) -> int:
