@@ -27,9 +27,10 @@ import logging
 import os
 import pickle
 import traceback
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from sptune import files
 from sptune.config import STAGES
@@ -232,14 +233,13 @@ def run(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callable[...
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
     states = {key: pipeline.load_state(path) for key, path in cell_dirs.items()}
+    if any(state["options"].get("asha") for state in states.values()):
+        log.info("ASHA is off in an experiment's Tune run: one scheduler would compare trials of different "
+                 "cells and phases; every trial runs its full budget (a single `sptune study` keeps ASHA)")
     resources = {key: trial_resources(pipeline.trial_spec(path, states[key], "scratch"))
                  for key, path in cell_dirs.items()}
     fn = ray_tune.with_resources(ray_tune.with_parameters(cell_trainable, stage_fn=stage_fn),
                                  partial(trial_placement, resources))
-    # Tune keeps one trial pending at a time behind a custom searcher (tune_controller.get_max_pending_trials):
-    # a slot freed while another trial's actor starts would wait for it. The cells' own limits bound the
-    # pending trials instead (queued trials are also what makes an autoscaler add nodes).
-    os.environ.setdefault(PENDING_ENV, str(min(MAX_PENDING, concurrency_bound(states))))
     storage = experiment_dir / "tune"
     if ray_tune.Tuner.can_restore(str(storage / TUNE_NAME)):
         log.info("restoring the experiment's Tune run from %s", storage / TUNE_NAME)
@@ -253,7 +253,25 @@ def run(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callable[...
                 failure_config=ray_tune.FailureConfig(max_failures=max_failures(states)),
                 checkpoint_config=ray_tune.CheckpointConfig(num_to_keep=1),
                 callbacks=[JsonLoggerCallback(), CSVLoggerCallback(), make_outcomes_callback()]))
-    tuner.fit()
+    # Tune keeps one trial pending at a time behind a custom searcher (tune_controller.get_max_pending_trials):
+    # a slot freed while another trial's actor starts would wait for it. The cells' own limits bound the
+    # pending trials instead (queued trials are also what makes an autoscaler add nodes).
+    with pending_trials(min(MAX_PENDING, concurrency_bound(states))):
+        tuner.fit()
+
+
+@contextmanager
+def pending_trials(count: int) -> Iterator[None]:
+    """TUNE_MAX_PENDING_TRIALS_PG for this run only (a later run in the process has other cells); a value
+    the user set wins."""
+    if PENDING_ENV in os.environ:
+        yield
+        return
+    os.environ[PENDING_ENV] = str(count)
+    try:
+        yield
+    finally:
+        os.environ.pop(PENDING_ENV, None)
 
 
 def total_trials(states: dict[str, dict[str, Any]]) -> int:
