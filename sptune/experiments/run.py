@@ -28,6 +28,7 @@ import logging
 import os
 import time
 import traceback
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable
 
@@ -96,12 +97,14 @@ def create_cell_study(cell: Cell, cell_dir: Path, options: Options) -> None:
 
 
 def run_cells_tune(experiment_dir: Path, cells: list[Cell], options: Options, address: str | None,
-                   trainable: Callable[..., None] | None = None) -> dict[str, float]:
+                   on_cell: Callable[[Cell, str, float], None] | None,
+                   trainable: Callable[..., None] | None = None) -> list[str]:
     """Every cell's study in one Tune run (sptune.tune.experiment), so the cells share the cluster's slots.
-    Returns {cell key: seconds} of the cells that failed before Tune (their study could not be created)."""
+    Returns the keys of the cells that failed or did not finish. `on_cell` is called for each cell once
+    the Tune run returns, still inside the Ray session (a caller may inspect what the cell left in Ray)."""
     from sptune.tune import experiment
 
-    cell_dirs, failed = {}, {}
+    cell_dirs, created = {}, {}
     for cell in cells:
         cell_dir = experiment_dir / files.CELLS / cell.key
         start = time.perf_counter()
@@ -110,12 +113,25 @@ def run_cells_tune(experiment_dir: Path, cells: list[Cell], options: Options, ad
             cell_dirs[cell.key] = cell_dir
         except Exception as exc:  # noqa: BLE001 - one broken cell must not stop the others
             record_error(cell, cell_dir, exc)
-            failed[cell.key] = time.perf_counter() - start
-    if cell_dirs:
-        with ray_session(experiment_dir, address):
+        created[cell.key] = time.perf_counter() - start
+    start = time.perf_counter()
+    with ray_session(experiment_dir, address) if cell_dirs else nullcontext():
+        if cell_dirs:
             experiment.run(experiment_dir, cell_dirs, **({"stage_fn": trainable} if trainable else {}),
                            time_budget_s=getattr(options, "time_budget_s", None))
-    return failed
+        return [cell.key for cell in cells if not _report_cell(
+            cell, cell_dirs.get(cell.key), on_cell, created[cell.key] + (time.perf_counter() - start) * (
+                cell.key in cell_dirs))]
+
+
+def _report_cell(cell: Cell, cell_dir: Path | None, on_cell: Callable[[Cell, str, float], None] | None,
+                 seconds: float) -> bool:
+    done = cell_dir is not None and tune_done(cell_dir)
+    if done:
+        (cell_dir / files.CELL_ERROR).unlink(missing_ok=True)
+    if on_cell is not None:
+        on_cell(cell, "done" if done else "failed", seconds)
+    return done
 
 
 def tune_done(cell_dir: Path) -> bool:
@@ -222,19 +238,7 @@ def run_experiment(experiment_dir: str | Path, plan: Plan, options: Options | No
         return []
     if plan.backend == "plain":
         return run_cells_plain(experiment_dir, todo, options, address, on_cell)
-    start = time.perf_counter()
-    failed_early = run_cells_tune(experiment_dir, todo, options, address, trainable)
-    failed = []
-    for cell in todo:
-        cell_dir = experiment_dir / files.CELLS / cell.key
-        done = cell.key not in failed_early and tune_done(cell_dir)
-        if done:
-            (cell_dir / files.CELL_ERROR).unlink(missing_ok=True)
-        else:
-            failed.append(cell.key)
-        if on_cell is not None:
-            on_cell(cell, "done" if done else "failed", failed_early.get(cell.key, time.perf_counter() - start))
-    return failed
+    return run_cells_tune(experiment_dir, todo, options, address, on_cell, trainable)
 
 
 class CellProgress:
