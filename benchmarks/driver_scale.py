@@ -68,7 +68,7 @@ class Sampler(threading.Thread):
 
     def __init__(self, stage_dir: Path, marks: list[int]):
         super().__init__(daemon=True)
-        self.stage_dir, self.marks, self.seen, self.start = stage_dir, marks, {}, time.perf_counter()
+        self.stage_dir, self.marks, self.seen, self.began = stage_dir, marks, {}, time.perf_counter()
         self.done = threading.Event()
 
     def run(self) -> None:
@@ -76,7 +76,7 @@ class Sampler(threading.Thread):
             finished = finished_trials(self.stage_dir)
             for mark in self.marks:
                 if finished >= mark and mark not in self.seen:
-                    self.seen[mark] = (time.perf_counter() - self.start, rss_mb())
+                    self.seen[mark] = (time.perf_counter() - self.began, rss_mb())
             time.sleep(0.5)
 
 
