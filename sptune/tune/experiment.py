@@ -32,6 +32,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from ray.tune.search import Searcher
+
 from sptune import files
 from sptune.config import STAGES
 from sptune.tune import outcomes, pipeline, search
@@ -52,134 +54,131 @@ def phase_finished(status: Any) -> bool:
     return str(status) == DONE or str(status).startswith("skipped")
 
 
-def make_searcher(cell_dirs: dict[str, Path]):
+class CellsSearcher(Searcher):
     """The composite searcher over `cell_dirs` ({cell key: study directory with its study.json})."""
-    from ray.tune.search import Searcher
 
-    class CellsSearcher(Searcher):
-        def __init__(self) -> None:
-            super().__init__(metric=search.METRIC, mode=search.MODE)
-            self.cell_dirs = {key: str(path) for key, path in cell_dirs.items()}
-            self.subs: dict[str, Any] = {}  # "<cell>/<phase>" -> its limited Optuna searcher
-            self.exhausted: set[str] = set()  # sub-searchers that proposed all their trials or said FINISHED
-            self.remaining: dict[str, int] = {}  # trials a sub-searcher may still propose (the phase's count)
-            self.live: dict[str, str] = {}  # Tune trial id -> "<cell>/<phase>"
-            self.failed_cells: set[str] = set()
-            self.states: dict[str, dict[str, Any]] = {}  # study.json of each cell; this searcher writes them
+    def __init__(self, cell_dirs: dict[str, Path]) -> None:
+        super().__init__(metric=search.METRIC, mode=search.MODE)
+        self.cell_dirs = {key: str(path) for key, path in cell_dirs.items()}
+        self.subs: dict[str, Any] = {}  # "<cell>/<phase>" -> its limited Optuna searcher
+        self.exhausted: set[str] = set()  # sub-searchers that proposed all their trials or said FINISHED
+        self.remaining: dict[str, int] = {}  # trials a sub-searcher may still propose (the phase's count)
+        self.live: dict[str, str] = {}  # Tune trial id -> "<cell>/<phase>"
+        self.failed_cells: set[str] = set()
+        self.states: dict[str, dict[str, Any]] = {}  # study.json of each cell; this searcher writes them
 
-        def set_search_properties(self, metric: Any, mode: Any, config: dict, **spec: Any) -> bool:
-            return True  # every sub-searcher has the metric and mode of search.make_searcher
+    def set_search_properties(self, metric: Any, mode: Any, config: dict, **spec: Any) -> bool:
+        return True  # every sub-searcher has the metric and mode of search.make_searcher
 
-        def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
-            waiting = False
-            for phase in PRIORITY:
-                for cell in self.cell_dirs:
-                    outcome = self._suggest_from(cell, phase, trial_id)
-                    if isinstance(outcome, dict):
-                        return outcome
-                    waiting = waiting or outcome == "waiting"
-            return None if waiting else Searcher.FINISHED
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        waiting = False
+        for phase in PRIORITY:
+            for cell in self.cell_dirs:
+                outcome = self._suggest_from(cell, phase, trial_id)
+                if isinstance(outcome, dict):
+                    return outcome
+                waiting = waiting or outcome == "waiting"
+        return None if waiting else Searcher.FINISHED
 
-        def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
-            group = self.live.get(trial_id)
-            if group in self.subs:
-                self.subs[group].on_trial_result(trial_id, result)
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        group = self.live.get(trial_id)
+        if group in self.subs:
+            self.subs[group].on_trial_result(trial_id, result)
 
-        def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None,
-                              error: bool = False) -> None:
-            group = self.live.pop(trial_id, None)
-            if group not in self.subs:
-                return
-            self.subs[group].on_trial_complete(trial_id, result, error=error)
-            self._close_if_done(group)
+    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None,
+                          error: bool = False) -> None:
+        group = self.live.pop(trial_id, None)
+        if group not in self.subs:
+            return
+        self.subs[group].on_trial_complete(trial_id, result, error=error)
+        self._close_if_done(group)
 
-        # -- one (cell, phase)
-        def _suggest_from(self, cell: str, phase: str, trial_id: str) -> dict[str, Any] | str | None:
-            """Params for a trial, "waiting" when the phase may still propose some later, None when it is over."""
-            if cell in self.failed_cells:
-                return None
-            group = f"{cell}/{phase}"
-            try:
-                state = self._state(cell)
-                if phase in state["phases"]:
-                    return None
-                if group in self.exhausted:
-                    return "waiting"  # its last trials still run
-                if group not in self.subs and not self._open(cell, phase, state):
-                    return None if phase in state["phases"] else "waiting"
-                params = self.subs[group].suggest(trial_id)
-            except Exception:  # noqa: BLE001 - one broken cell must not stop the others
-                self._fail(cell)
-                return None
-            if isinstance(params, dict):
-                self.live[trial_id] = group
-                self.remaining[group] -= 1
-                if not self.remaining[group]:
-                    self.exhausted.add(group)
-                return {**params, LINEAGE_KEY: self._lineage(cell, phase, state)}
-            if params == Searcher.FINISHED:
-                self.exhausted.add(group)
-                self._close_if_done(group)
-                return None if phase in state["phases"] else "waiting"
-            return "waiting"  # at its max_concurrent
-
-        def _open(self, cell: str, phase: str, state: dict[str, Any]) -> bool:
-            """Create the phase's searcher if it can start now (finetuning: once pretraining is over)."""
-            study_dir = Path(self.cell_dirs[cell])
-            if phase == "finetune":
-                if not phase_finished(state["phases"].get("pretrain")):
-                    return False
-                if not pipeline.select_pretraining(study_dir, state):
-                    pipeline.set_phase(study_dir, state, phase, "skipped: no pretraining trial completed")
-                    return False
-            options = state["options"]
-            stage_space = search.parse({"stages": {phase: state["space"]["stages"][phase]}}).stages[phase]
-            self.remaining[f"{cell}/{phase}"] = search.trial_count(stage_space, options["num_samples"])
-            self.subs[f"{cell}/{phase}"] = search.limit(
-                search.make_searcher(stage_space, options["sampler"], options["seed"],
-                                     journal=study_dir / files.OPTUNA_JOURNAL,
-                                     study_name=search.optuna_study_name(study_dir, phase)),
-                options["max_concurrent"])
-            return True
-
-        def _close_if_done(self, group: str) -> None:
-            cell, phase = group.rsplit("/", 1)
+    # -- one (cell, phase)
+    def _suggest_from(self, cell: str, phase: str, trial_id: str) -> dict[str, Any] | str | None:
+        """Params for a trial, "waiting" when the phase may still propose some later, None when it is over."""
+        if cell in self.failed_cells:
+            return None
+        group = f"{cell}/{phase}"
+        try:
             state = self._state(cell)
-            if group in self.exhausted and group not in self.live.values() and phase not in state["phases"]:
-                pipeline.set_phase(Path(self.cell_dirs[cell]), state, phase, DONE)
+            if phase in state["phases"]:
+                return None
+            if group in self.exhausted:
+                return "waiting"  # its last trials still run
+            if group not in self.subs and not self._open(cell, phase, state):
+                return None if phase in state["phases"] else "waiting"
+            params = self.subs[group].suggest(trial_id)
+        except Exception:  # noqa: BLE001 - one broken cell must not stop the others
+            self._fail(cell)
+            return None
+        if isinstance(params, dict):
+            self.live[trial_id] = group
+            self.remaining[group] -= 1
+            if not self.remaining[group]:
+                self.exhausted.add(group)
+            return {**params, LINEAGE_KEY: self._lineage(cell, phase, state)}
+        if params == Searcher.FINISHED:
+            self.exhausted.add(group)
+            self._close_if_done(group)
+            return None if phase in state["phases"] else "waiting"
+        return "waiting"  # at its max_concurrent
 
-        def _state(self, cell: str) -> dict[str, Any]:
-            """Read once: re-reading every cell's study.json per suggestion would grow with the cells."""
-            if cell not in self.states:
-                self.states[cell] = pipeline.load_state(self.cell_dirs[cell])
-            return self.states[cell]
+    def _open(self, cell: str, phase: str, state: dict[str, Any]) -> bool:
+        """Create the phase's searcher if it can start now (finetuning: once pretraining is over)."""
+        study_dir = Path(self.cell_dirs[cell])
+        if phase == "finetune":
+            if not phase_finished(state["phases"].get("pretrain")):
+                return False
+            if not pipeline.select_pretraining(study_dir, state):
+                pipeline.set_phase(study_dir, state, phase, "skipped: no pretraining trial completed")
+                return False
+        options = state["options"]
+        stage_space = search.parse({"stages": {phase: state["space"]["stages"][phase]}}).stages[phase]
+        self.remaining[f"{cell}/{phase}"] = search.trial_count(stage_space, options["num_samples"])
+        self.subs[f"{cell}/{phase}"] = search.limit(
+            search.make_searcher(stage_space, options["sampler"], options["seed"],
+                                 journal=study_dir / files.OPTUNA_JOURNAL,
+                                 study_name=search.optuna_study_name(study_dir, phase)),
+            options["max_concurrent"])
+        return True
 
-        def _lineage(self, cell: str, phase: str, state: dict[str, Any]) -> dict[str, Any]:
-            lineage = {"name": Path(self.cell_dirs[cell]).name, "stage": phase, "cell": cell,
-                       "study_dir": self.cell_dirs[cell]}
-            if phase == "finetune":
-                selected = state["selected"]
-                lineage.update(init_trial=selected["trial"], init_step=selected["step"],
-                               init_checkpoint=selected["checkpoint"])
-            return lineage
+    def _close_if_done(self, group: str) -> None:
+        cell, phase = group.rsplit("/", 1)
+        state = self._state(cell)
+        if group in self.exhausted and group not in self.live.values() and phase not in state["phases"]:
+            pipeline.set_phase(Path(self.cell_dirs[cell]), state, phase, DONE)
 
-        def _fail(self, cell: str) -> None:
-            self.failed_cells.add(cell)
-            log.error("cell %s failed: %s", cell, traceback.format_exc())
-            (Path(self.cell_dirs[cell]) / files.CELL_ERROR).write_text(traceback.format_exc())
+    def _state(self, cell: str) -> dict[str, Any]:
+        """Read once: re-reading every cell's study.json per suggestion would grow with the cells."""
+        if cell not in self.states:
+            self.states[cell] = pipeline.load_state(self.cell_dirs[cell])
+        return self.states[cell]
 
-        # -- saved with Tune's experiment snapshots
-        def save(self, checkpoint_path: str) -> None:
-            with open(checkpoint_path, "wb") as file:
-                pickle.dump({k: v for k, v in self.__dict__.items() if k != "states"}, file)
+    def _lineage(self, cell: str, phase: str, state: dict[str, Any]) -> dict[str, Any]:
+        lineage = {"name": Path(self.cell_dirs[cell]).name, "stage": phase, "cell": cell,
+                   "study_dir": self.cell_dirs[cell]}
+        if phase == "finetune":
+            selected = state["selected"]
+            lineage.update(init_trial=selected["trial"], init_step=selected["step"],
+                           init_checkpoint=selected["checkpoint"])
+        return lineage
 
-        def restore(self, checkpoint_path: str) -> None:
-            with open(checkpoint_path, "rb") as file:
-                self.__dict__.update(pickle.load(file), states={})
-            for sub in self.subs.values():
-                sub.searcher.reopen_journal()  # trials asked after the snapshot go back to the queue
+    def _fail(self, cell: str) -> None:
+        self.failed_cells.add(cell)
+        log.error("cell %s failed: %s", cell, traceback.format_exc())
+        (Path(self.cell_dirs[cell]) / files.CELL_ERROR).write_text(traceback.format_exc())
 
-    return CellsSearcher()
+    # -- saved with Tune's experiment snapshots
+    def save(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "wb") as file:
+            pickle.dump({k: v for k, v in self.__dict__.items() if k != "states"}, file)
+
+    def restore(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "rb") as file:
+            self.__dict__.update(pickle.load(file), states={})
+        for sub in self.subs.values():
+            sub.searcher.reopen_journal()  # trials asked after the snapshot go back to the queue
+
 
 
 def cell_of(config: dict[str, Any]) -> tuple[Path, str]:
@@ -246,7 +245,7 @@ def run(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callable[...
         tuner = ray_tune.Tuner.restore(str(storage / TUNE_NAME), fn, resume_unfinished=True, resume_errored=True)
     else:
         tuner = ray_tune.Tuner(fn, tune_config=ray_tune.TuneConfig(
-            search_alg=make_searcher(cell_dirs), num_samples=total_trials(states), reuse_actors=True,
+            search_alg=CellsSearcher(cell_dirs), num_samples=total_trials(states), reuse_actors=True,
             time_budget_s=time_budget_s, trial_dirname_creator=_trial_name, trial_name_creator=_trial_name),
             run_config=ray_tune.RunConfig(
                 name=TUNE_NAME, storage_path=str(storage), verbose=verbose,
