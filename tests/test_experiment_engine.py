@@ -60,3 +60,22 @@ def _span(row):
     trial = files.read_json(row["run_dir"] + "/" + files.TRIAL)
     start = trial["attempts"][0]["started"]
     return start, start + trial["wall_seconds"]
+
+
+def test_plain_cells_train_in_ray_tasks_on_a_cluster(tmp_path, ray_instance, monkeypatch):  # noqa: F811
+    import os
+
+    from sptune.experiments import run
+
+    ran_in = []
+    real = run.run_cell_plain
+    # Recorded in the driver's list only if it runs in the driver (a Ray task appends in its worker's copy).
+    monkeypatch.setattr(run, "run_cell_plain",
+                        lambda cell, cell_dir: (ran_in.append(os.getpid()), real(cell, cell_dir)))
+    plan = tiny_plan(["p0", "p1"])
+    plan.backend = "plain"
+    assert run_experiment(tmp_path, plan, Options(), address="auto") == []
+    assert ran_in == []  # not in the driver: each cell was a Ray task
+    for key in ("p0", "p1"):
+        cell_dir = tmp_path / files.CELLS / key
+        assert all(files.finished_result(cell_dir / stage) for stage in ("pretrain", "finetune", "scratch"))
