@@ -1,13 +1,16 @@
-"""Run a paper experiment: every unfinished cell of its plan, by one of two backends (`run_cell` picks):
+"""Run a paper experiment: every unfinished cell of its plan, by one of two backends:
 
-    tune   each cell is one study (sptune.tune.pipeline): each stage's nuisance hyper-parameters (the
-           cell's search space) are searched with Ray Tune + Optuna, finetuning starts from the best
-           pretraining trial. One Ray session (sptune.tune.session) serves the whole experiment.
-           Resume: Tuner.restore inside each unfinished cell.
+    tune   each cell is a study (its directory a study directory: sptune.tune.pipeline.create), and ONE
+           Ray Tune run serves every cell (sptune.tune.experiment): its searcher proposes every cell's
+           pretraining and scratch trials from the start and a cell's finetuning trials once that cell's
+           pretraining selection is final, so the cells' trials share the cluster's slots and a cell
+           waiting on its own pretraining leaves no slot idle. Resume: Tuner.restore of that run.
     plain  sptune.train.run_stage per stage at the search space's first point (the paper's reported
-           best, Tables 4-6), no search. Resume: a stage whose result.json is final is skipped, an
-           interrupted one continues from its last.pt. Used by the smoke tests: on 2 CPU cores Ray
-           costs ~15 s per cell (3 Tune phases), against < 1 s of training for a smoke cell.
+           best, Tables 4-6), no search. On a cluster (--address or RAY_ADDRESS) each cell is a Ray task
+           with the cells' resource flags; without one, an explicit local mode trains in this process
+           (the smoke tests: on 2 CPU cores Ray costs seconds per run, against < 1 s of training for a
+           smoke cell). Resume: a stage whose result.json is final is skipped, an interrupted one
+           continues from its last.pt.
 
 Layout of an experiment directory:
     plan.json                the cells and how to tabulate them (written first; a rerun must match it)
@@ -15,12 +18,14 @@ Layout of an experiment directory:
                              tune:  a study directory (study.json, <stage>/<trial>/, tune/)
     cells/<key>/error.txt    why a cell failed to run (it is retried on the next run)
     results.csv, summary.csv, table.md, *.png    written by sptune.experiments.report
+    tune/experiment/         the experiment's Tune run (tune backend), for Tuner.restore
     study.log                everything Ray and the runs printed (the terminal shows the cells' progress)
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 import traceback
 from contextlib import nullcontext
@@ -77,18 +82,56 @@ def plain_done(cell: Cell, cell_dir: Path) -> bool:
 
 
 # ----------------------------------------------------------------------------- tune backend
-def run_cell_tune(cell: Cell, cell_dir: Path, options: Options) -> None:
+def create_cell_study(cell: Cell, cell_dir: Path, options: Options) -> None:
+    """The cell's study.json (pipeline.create), once: its phases then run in the experiment's Tune run."""
     from sptune.tune import pipeline
 
-    if not (cell_dir / files.STUDY).is_file():
-        cell_dir.mkdir(parents=True, exist_ok=True)
-        state = pipeline.create(None, list(cell.overrides), cell_dir, options=options,
-                                space=study_space(cell, cell_dir))
-        for phase in STAGES:
-            if phase not in cell.stages:
-                state["phases"][phase] = "skipped: not part of this experiment cell"
-        pipeline.save_state(cell_dir, state)
-    pipeline.run(cell_dir, verbose=0)
+    if (cell_dir / files.STUDY).is_file():
+        return
+    cell_dir.mkdir(parents=True, exist_ok=True)
+    state = pipeline.create(None, list(cell.overrides), cell_dir, options=options, space=study_space(cell, cell_dir))
+    for phase in STAGES:
+        if phase not in cell.stages:
+            state["phases"][phase] = "skipped: not part of this experiment cell"
+    pipeline.save_state(cell_dir, state)
+
+
+def run_cells_tune(experiment_dir: Path, cells: list[Cell], options: Options, address: str | None,
+                   on_cell: Callable[[Cell, str, float], None] | None,
+                   trainable: Callable[..., None] | None = None) -> list[str]:
+    """Every cell's study in one Tune run (sptune.tune.experiment), so the cells share the cluster's slots.
+    Returns the keys of the cells that failed or did not finish. `on_cell` is called for each cell once
+    the Tune run returns, still inside the Ray session (a caller may inspect what the cell left in Ray)."""
+    from sptune.tune import experiment
+
+    cell_dirs, created = {}, {}
+    for cell in cells:
+        cell_dir = experiment_dir / files.CELLS / cell.key
+        start = time.perf_counter()
+        try:
+            create_cell_study(cell, cell_dir, options)
+            cell_dirs[cell.key] = cell_dir
+        except Exception as exc:  # noqa: BLE001 - one broken cell must not stop the others
+            record_error(cell, cell_dir, exc)
+        created[cell.key] = time.perf_counter() - start
+    start = time.perf_counter()
+    with ray_session(experiment_dir, address) if cell_dirs else nullcontext():
+        if cell_dirs:
+            experiment.run(experiment_dir, cell_dirs, **({"stage_fn": trainable} if trainable else {}),
+                           time_budget_s=getattr(options, "time_budget_s", None))
+        return [cell.key for cell in cells if not _report_cell(
+            cell, cell_dirs.get(cell.key), on_cell, created[cell.key] + (time.perf_counter() - start) * (
+                cell.key in cell_dirs))]
+
+
+def _report_cell(cell: Cell, cell_dir: Path | None, on_cell: Callable[[Cell, str, float], None] | None,
+                 seconds: float) -> bool:
+    done = cell_dir is not None and tune_done(cell_dir)
+    if done:
+        (cell_dir / files.CELL_ERROR).unlink(missing_ok=True)
+    if on_cell is not None:
+        on_cell(cell, "done" if done else "failed", seconds)
+    return done
 
 
 def tune_done(cell_dir: Path) -> bool:
@@ -130,43 +173,72 @@ def cell_done(cell: Cell, cell_dir: Path, backend: str) -> bool:
     return tune_done(cell_dir) if backend == "tune" else plain_done(cell, cell_dir)
 
 
-def run_cell(cell: Cell, cell_dir: Path, backend: str, options: Options) -> None:
-    """The one switch between the backends."""
-    if backend == "tune":
-        run_cell_tune(cell, cell_dir, options)
-    else:
-        run_cell_plain(cell, cell_dir)
+def on_cluster(address: str | None) -> bool:
+    """--address given, or RAY_ADDRESS set (as `ray job submit` sets it inside a job)."""
+    return bool(address or os.environ.get("RAY_ADDRESS"))
+
+
+def run_cells_plain(experiment_dir: Path, cells: list[Cell], options: Options, address: str | None,
+                    on_cell: Callable[[Cell, str, float], None] | None) -> list[str]:
+    """On a cluster each cell is a Ray task with the cells' resource flags, so training runs on the workers,
+    never in the driver. Without one, the explicit local mode: the cells train in this process, one after
+    another (a smoke cell trains in < 1 s; a Ray session costs seconds, and CI is at its time budget)."""
+    if not on_cluster(address):
+        log.info("plain backend, local mode: no cluster given, the cells train in this process")
+        return [cell.key for cell in cells if not _run_guarded(cell, experiment_dir, run_cell_plain, on_cell)]
+    import ray
+
+    log.info("plain backend on the cluster: one Ray task per cell")
+    cpus = options.cpus_per_worker or 1
+    remote = ray.remote(num_cpus=cpus, num_gpus=options.gpus_per_worker or 0)(run_cell_plain)
+    with ray_session(experiment_dir, address):
+        pending = {cell.key: remote.remote(cell, experiment_dir / files.CELLS / cell.key) for cell in cells}
+        return [cell.key for cell in cells
+                if not _run_guarded(cell, experiment_dir, lambda c, d: ray.get(pending[c.key]), on_cell)]
+
+
+def _run_guarded(cell: Cell, experiment_dir: Path, run: Callable[[Cell, Path], Any],
+                 on_cell: Callable[[Cell, str, float], None] | None) -> bool:
+    cell_dir = experiment_dir / files.CELLS / cell.key
+    start = time.perf_counter()
+    try:
+        run(cell, cell_dir)
+        (cell_dir / files.CELL_ERROR).unlink(missing_ok=True)
+        ok = True
+    except Exception as exc:  # noqa: BLE001 - one broken cell must not stop the others
+        record_error(cell, cell_dir, exc)
+        ok = False
+    if on_cell is not None:
+        on_cell(cell, "done" if ok else "failed", time.perf_counter() - start)
+    return ok
+
+
+def record_error(cell: Cell, cell_dir: Path, exc: BaseException) -> None:
+    cell_dir.mkdir(parents=True, exist_ok=True)
+    (cell_dir / files.CELL_ERROR).write_text(f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}")
+    log.error("cell %s failed: %s", cell.key, exc)
 
 
 def run_experiment(experiment_dir: str | Path, plan: Plan, options: Options | None = None,
-                   address: str | None = None,
-                   on_cell: Callable[[Cell, str, float], None] | None = None) -> list[str]:
+                   address: str | None = None, on_cell: Callable[[Cell, str, float], None] | None = None,
+                   trainable: Callable[..., None] | None = None) -> list[str]:
     """Run every unfinished cell (finished ones are skipped: rerunning is resuming). Returns the keys of
-    cells that failed to run; their error is in cells/<key>/error.txt and they are retried next time.
-    `on_cell(cell, "done" | "failed", seconds)` is called after each cell that ran."""
+    cells that failed or did not finish; a failure's error is in cells/<key>/error.txt, and they are
+    retried next time. `on_cell(cell, "done" | "failed", seconds)` is called for each cell that ran (tune:
+    once the experiment's Tune run returns, with its wall time). `trainable` replaces the tune backend's
+    trial function (tests, benchmarks: see sptune.tune.experiment.cell_trainable)."""
     if plan.backend not in BACKENDS:
         raise UserError(f"--backend {plan.backend!r}; choose one of: {', '.join(BACKENDS)}")
     experiment_dir = Path(experiment_dir).resolve()
     experiment_dir.mkdir(parents=True, exist_ok=True)
     save_plan(experiment_dir, plan)
     options = options or Options()
-    failed = []
     todo = [c for c in plan.cells if not cell_done(c, experiment_dir / files.CELLS / c.key, plan.backend)]
-    with ray_session(experiment_dir, address) if plan.backend == "tune" and todo else nullcontext():
-        for cell in todo:
-            cell_dir = experiment_dir / files.CELLS / cell.key
-            start = time.perf_counter()
-            try:
-                run_cell(cell, cell_dir, plan.backend, options)
-                (cell_dir / files.CELL_ERROR).unlink(missing_ok=True)
-            except Exception as exc:  # noqa: BLE001 - one broken cell must not stop the others
-                cell_dir.mkdir(parents=True, exist_ok=True)
-                (cell_dir / files.CELL_ERROR).write_text(f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}")
-                failed.append(cell.key)
-                log.error("cell %s failed: %s", cell.key, exc)
-            if on_cell is not None:
-                on_cell(cell, "failed" if cell.key in failed else "done", time.perf_counter() - start)
-    return failed
+    if not todo:
+        return []
+    if plan.backend == "plain":
+        return run_cells_plain(experiment_dir, todo, options, address, on_cell)
+    return run_cells_tune(experiment_dir, todo, options, address, on_cell, trainable)
 
 
 class CellProgress:

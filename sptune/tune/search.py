@@ -390,6 +390,10 @@ class UniqueOptunaSearch(OptunaSearch):
 
     def restore(self, checkpoint_path: str) -> None:
         super().restore(checkpoint_path)
+        self.reopen_journal()
+
+    def reopen_journal(self) -> None:
+        """After a restore: the journal may hold trials asked after the restored snapshot."""
         if self._storage is None:
             return
         known = {trial._trial_id for trial in self._ot_trials.values()}

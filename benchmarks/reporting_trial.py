@@ -1,0 +1,46 @@
+"""A trial that only reports: the benchmarks' stand-in for training, to time the driver and the scheduler
+rather than the model. It keeps a real trial's bookkeeping (sptune.tune.trainable.attempt writes trial.json
+with each attempt's start; a result.json with the keys sptune.train writes and selection reads), spends
+`seconds` sleeping as its work (a slot held, no core used: 8 slots fit on a 2-core machine), and reports
+its final metrics to Tune. Its validation metric is a fixed function of its params (same run, same numbers).
+
+Injected like the tests' trainables: run_experiment(..., trainable=partial(reporting_stage, seconds=2)).
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+from sptune import atomic, files
+from sptune.tune import trainable
+
+
+def reporting_stage(config: dict[str, Any], spec: trainable.TrialSpec, seconds: float = 0.0) -> None:
+    from ray import tune as ray_tune
+
+    params = trainable.searched(config)
+    trial_id = ray_tune.get_context().get_trial_id()
+    run_dir = Path(spec.study_dir) / spec.stage / trainable.run_name(spec.stage, trial_id, params)
+    result = files.finished_result(run_dir)
+    if result is None:
+        with trainable.attempt(run_dir, spec, trial_id, params):
+            time.sleep(seconds)
+        value = zlib.crc32(repr(sorted(params.items())).encode()) % 1000 / 1000
+        result = {"status": "completed", "metric": "accuracy", "best_val": value, "best_val_loss": 1 - value,
+                  "best_step": 1, "final_val": value, "test_metric": value, "steps": 1,
+                  "train_seconds": seconds, "eval_seconds": 0.0}
+        atomic.write_json(run_dir / files.RESULT, result)
+    ray_tune.report(trainable.final_metrics(result, seconds))
+
+
+def busy_spans(run_dirs: list[Path]) -> list[tuple[float, float]]:
+    """(start, end) of each trial's work as its trial.json records it (one attempt: started + wall_seconds)."""
+    spans = []
+    for run_dir in run_dirs:
+        trial = files.read_json(run_dir / files.TRIAL)
+        start = trial["attempts"][0]["started"]
+        spans.append((start, start + trial["wall_seconds"]))
+    return spans

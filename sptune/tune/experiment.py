@@ -1,0 +1,298 @@
+"""One Ray Tune run for every cell of an experiment: the cells' trials share the cluster's slots.
+
+Running the cells' studies one after another leaves slots idle whenever a cell waits on itself
+(finetuning starts only once its pretraining selection is final). Several Tuners at once are not
+supported by Ray (Tune FAQ, "multi-tenancy"). So one Tuner runs the whole experiment, and its searcher,
+`ExperimentSearcher`, knows the cells and their phases:
+
+    pretrain and scratch   proposed from the start, for every cell
+    finetune               proposed once every pretraining trial of the cell has finished and the
+                           selection (pipeline.select_pretraining) is written to the cell's study.json
+
+Each (cell, phase) keeps its own searcher (search.make_searcher, behind its max_concurrent limit) on the
+cell's own Optuna journal, and each trial runs as the cell's study would run it (pipeline.trial_spec), so
+every cell directory stays a study directory: study.json with its phase states and selection,
+<phase>/<trial run dir>/, results via sptune.tune.results.collect.
+
+ASHA is not used here: one scheduler would compare trials of different cells and phases (different
+tasks, metrics and budgets). Every trial runs to its last step.
+
+Resume: the experiment's Tune run (experiment dir/tune/experiment) is restored with Tuner.restore; the
+searcher is saved with Tune's snapshots (save/restore) and each sub-searcher reopens its journal.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import traceback
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from ray.tune.search import Searcher
+
+from sptune import files
+from sptune.config import STAGES
+from sptune.tune import outcomes, pipeline, search
+from sptune.tune.trainable import LINEAGE_KEY, stage_trainable, trial_resources
+
+log = logging.getLogger("sptune.tune")
+
+TUNE_NAME = "experiment"
+# Which phase's trials to propose first when several are runnable: finetuning ends a cell's critical
+# path, pretraining opens it, scratch depends on nothing and fills what is left.
+PRIORITY = ("finetune", "pretrain", "scratch")
+DONE = "done"
+PENDING_ENV = "TUNE_MAX_PENDING_TRIALS_PG"
+MAX_PENDING = 200  # Tune's own figure for fast autoscaling
+
+
+def phase_finished(status: Any) -> bool:
+    return str(status) == DONE or str(status).startswith("skipped")
+
+
+class CellsSearcher(Searcher):
+    """The composite searcher over `cell_dirs` ({cell key: study directory with its study.json})."""
+
+    def __init__(self, cell_dirs: dict[str, Path]) -> None:
+        super().__init__(metric=search.METRIC, mode=search.MODE)
+        self.cell_dirs = {key: str(path) for key, path in cell_dirs.items()}
+        self.subs: dict[str, Any] = {}  # "<cell>/<phase>" -> its limited Optuna searcher
+        self.exhausted: set[str] = set()  # sub-searchers that proposed all their trials or said FINISHED
+        self.remaining: dict[str, int] = {}  # trials a sub-searcher may still propose (the phase's count)
+        self.live: dict[str, str] = {}  # Tune trial id -> "<cell>/<phase>"
+        self.failed_cells: set[str] = set()
+        self.states: dict[str, dict[str, Any]] = {}  # study.json of each cell; this searcher writes them
+
+    def set_search_properties(self, metric: Any, mode: Any, config: dict, **spec: Any) -> bool:
+        return True  # every sub-searcher has the metric and mode of search.make_searcher
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        waiting = False
+        for phase in PRIORITY:
+            for cell in self.cell_dirs:
+                outcome = self._suggest_from(cell, phase, trial_id)
+                if isinstance(outcome, dict):
+                    return outcome
+                waiting = waiting or outcome == "waiting"
+        return None if waiting else Searcher.FINISHED
+
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        group = self.live.get(trial_id)
+        if group in self.subs:
+            self.subs[group].on_trial_result(trial_id, result)
+
+    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None,
+                          error: bool = False) -> None:
+        group = self.live.pop(trial_id, None)
+        if group not in self.subs:
+            return
+        self.subs[group].on_trial_complete(trial_id, result, error=error)
+        self._close_if_done(group)
+
+    # -- one (cell, phase)
+    def _suggest_from(self, cell: str, phase: str, trial_id: str) -> dict[str, Any] | str | None:
+        """Params for a trial, "waiting" when the phase may still propose some later, None when it is over."""
+        if cell in self.failed_cells:
+            return None
+        group = f"{cell}/{phase}"
+        try:
+            state = self._state(cell)
+            if phase in state["phases"]:
+                return None
+            if group in self.exhausted:
+                return "waiting"  # its last trials still run
+            if group not in self.subs and not self._open(cell, phase, state):
+                return None if phase in state["phases"] else "waiting"
+            params = self.subs[group].suggest(trial_id)
+        except Exception:  # noqa: BLE001 - one broken cell must not stop the others
+            self._fail(cell)
+            return None
+        if isinstance(params, dict):
+            self.live[trial_id] = group
+            self.remaining[group] -= 1
+            if not self.remaining[group]:
+                self.exhausted.add(group)
+            return {**params, LINEAGE_KEY: self._lineage(cell, phase, state)}
+        if params == Searcher.FINISHED:
+            self.exhausted.add(group)
+            self._close_if_done(group)
+            return None if phase in state["phases"] else "waiting"
+        return "waiting"  # at its max_concurrent
+
+    def _open(self, cell: str, phase: str, state: dict[str, Any]) -> bool:
+        """Create the phase's searcher if it can start now (finetuning: once pretraining is over)."""
+        study_dir = Path(self.cell_dirs[cell])
+        if phase == "finetune":
+            if not phase_finished(state["phases"].get("pretrain")):
+                return False
+            if not pipeline.select_pretraining(study_dir, state):
+                pipeline.set_phase(study_dir, state, phase, "skipped: no pretraining trial completed")
+                return False
+        options = state["options"]
+        stage_space = search.parse({"stages": {phase: state["space"]["stages"][phase]}}).stages[phase]
+        self.remaining[f"{cell}/{phase}"] = search.trial_count(stage_space, options["num_samples"])
+        self.subs[f"{cell}/{phase}"] = search.limit(
+            search.make_searcher(stage_space, options["sampler"], options["seed"],
+                                 journal=study_dir / files.OPTUNA_JOURNAL,
+                                 study_name=search.optuna_study_name(study_dir, phase)),
+            options["max_concurrent"])
+        return True
+
+    def _close_if_done(self, group: str) -> None:
+        cell, phase = group.rsplit("/", 1)
+        state = self._state(cell)
+        if group in self.exhausted and group not in self.live.values() and phase not in state["phases"]:
+            pipeline.set_phase(Path(self.cell_dirs[cell]), state, phase, DONE)
+
+    def _state(self, cell: str) -> dict[str, Any]:
+        """Read once: re-reading every cell's study.json per suggestion would grow with the cells."""
+        if cell not in self.states:
+            self.states[cell] = pipeline.load_state(self.cell_dirs[cell])
+        return self.states[cell]
+
+    def _lineage(self, cell: str, phase: str, state: dict[str, Any]) -> dict[str, Any]:
+        lineage = {"name": Path(self.cell_dirs[cell]).name, "stage": phase, "cell": cell,
+                   "study_dir": self.cell_dirs[cell]}
+        if phase == "finetune":
+            selected = state["selected"]
+            lineage.update(init_trial=selected["trial"], init_step=selected["step"],
+                           init_checkpoint=selected["checkpoint"])
+        return lineage
+
+    def _fail(self, cell: str) -> None:
+        self.failed_cells.add(cell)
+        log.error("cell %s failed: %s", cell, traceback.format_exc())
+        (Path(self.cell_dirs[cell]) / files.CELL_ERROR).write_text(traceback.format_exc())
+
+    # -- saved with Tune's experiment snapshots
+    def save(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "wb") as file:
+            pickle.dump({k: v for k, v in self.__dict__.items() if k != "states"}, file)
+
+    def restore(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "rb") as file:
+            self.__dict__.update(pickle.load(file), states={})
+        for sub in self.subs.values():
+            sub.searcher.reopen_journal()  # trials asked after the snapshot go back to the queue
+
+
+
+def cell_of(config: dict[str, Any]) -> tuple[Path, str]:
+    lineage = config[LINEAGE_KEY]
+    return Path(lineage["study_dir"]), lineage["stage"]
+
+
+def cell_trainable(config: dict[str, Any], stage_fn: Callable[..., None] = stage_trainable) -> None:
+    """A trial of any cell: run as that cell's study runs its phase's trials (the spec read from study.json)."""
+    study_dir, phase = cell_of(config)
+    stage_fn(config, spec=pipeline.trial_spec(study_dir, pipeline.load_state(study_dir), phase))
+
+
+def trial_placement(resources: dict[str, dict[str, float]], config: dict[str, Any]):
+    """The cell's own resource request (--cpus-per-worker, --gpus-per-worker ...), per trial."""
+    from ray.tune import PlacementGroupFactory
+
+    return PlacementGroupFactory([resources[config[LINEAGE_KEY]["cell"]]])
+
+
+def make_outcomes_callback():
+    """sptune.tune.outcomes per (cell, phase), each built from that phase's spec when first needed."""
+    from ray.tune import Callback
+
+    class CellOutcomes(Callback):
+        def __init__(self) -> None:
+            self.callbacks: dict[tuple[str, str], Any] = {}
+
+        def _of(self, trial: Any) -> Any:
+            study_dir, phase = cell_of(trial.config)
+            key = (str(study_dir), phase)
+            if key not in self.callbacks:
+                spec = pipeline.trial_spec(study_dir, pipeline.load_state(study_dir), phase)
+                self.callbacks[key] = outcomes.make_outcomes_callback(spec)
+            return self.callbacks[key]
+
+        def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            self._of(trial).on_trial_error(iteration, trials, trial, **info)
+
+        def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            self._of(trial).on_trial_complete(iteration, trials, trial, **info)
+
+    return CellOutcomes()
+
+
+def run(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callable[..., None] = stage_trainable,
+        verbose: int = 0, time_budget_s: float | None = None) -> None:
+    """Run (or continue, from experiment_dir/tune/experiment) every phase of every cell in one Tune run.
+    Every cell directory must already hold its study.json (pipeline.create)."""
+    from ray import tune as ray_tune
+    from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
+
+    states = {key: pipeline.load_state(path) for key, path in cell_dirs.items()}
+    if any(state["options"].get("asha") for state in states.values()):
+        log.info("ASHA is off in an experiment's Tune run: one scheduler would compare trials of different "
+                 "cells and phases; every trial runs its full budget (a single `sptune study` keeps ASHA)")
+    resources = {key: trial_resources(pipeline.trial_spec(path, states[key], "scratch"))
+                 for key, path in cell_dirs.items()}
+    fn = ray_tune.with_resources(ray_tune.with_parameters(cell_trainable, stage_fn=stage_fn),
+                                 partial(trial_placement, resources))
+    storage = experiment_dir / "tune"
+    if ray_tune.Tuner.can_restore(str(storage / TUNE_NAME)):
+        log.info("restoring the experiment's Tune run from %s", storage / TUNE_NAME)
+        tuner = ray_tune.Tuner.restore(str(storage / TUNE_NAME), fn, resume_unfinished=True, resume_errored=True)
+    else:
+        tuner = ray_tune.Tuner(fn, tune_config=ray_tune.TuneConfig(
+            search_alg=CellsSearcher(cell_dirs), num_samples=total_trials(states), reuse_actors=True,
+            time_budget_s=time_budget_s, trial_dirname_creator=_trial_name, trial_name_creator=_trial_name),
+            run_config=ray_tune.RunConfig(
+                name=TUNE_NAME, storage_path=str(storage), verbose=verbose,
+                failure_config=ray_tune.FailureConfig(max_failures=max_failures(states)),
+                checkpoint_config=ray_tune.CheckpointConfig(num_to_keep=1),
+                callbacks=[JsonLoggerCallback(), CSVLoggerCallback(), make_outcomes_callback()]))
+    # Tune keeps one trial pending at a time behind a custom searcher (tune_controller.get_max_pending_trials):
+    # a slot freed while another trial's actor starts would wait for it. The cells' own limits bound the
+    # pending trials instead (queued trials are also what makes an autoscaler add nodes).
+    with pending_trials(min(MAX_PENDING, concurrency_bound(states))):
+        tuner.fit()
+
+
+@contextmanager
+def pending_trials(count: int) -> Iterator[None]:
+    """TUNE_MAX_PENDING_TRIALS_PG for this run only (a later run in the process has other cells); a value
+    the user set wins."""
+    if PENDING_ENV in os.environ:
+        yield
+        return
+    os.environ[PENDING_ENV] = str(count)
+    try:
+        yield
+    finally:
+        os.environ.pop(PENDING_ENV, None)
+
+
+def total_trials(states: dict[str, dict[str, Any]]) -> int:
+    """Every trial any cell may run: Tune's upper bound (the searcher says FINISHED when all cells are done)."""
+    total = 0
+    for state in states.values():
+        parsed = search.parse({"stages": state["space"]["stages"]}).stages
+        total += sum(search.trial_count(parsed[p], state["options"]["num_samples"])
+                     for p in STAGES if p not in state["phases"])
+    return max(total, 1)
+
+
+def concurrency_bound(states: dict[str, dict[str, Any]]) -> int:
+    """The most trials the cells' phases may run at once (each phase at its max_concurrent)."""
+    return sum(state["options"]["max_concurrent"] * sum(p not in state["phases"] for p in STAGES)
+               for state in states.values()) or 1
+
+
+def max_failures(states: dict[str, dict[str, Any]]) -> int:
+    return max((state["options"]["max_failures"] for state in states.values()), default=0)
+
+
+def _trial_name(trial: Any) -> str:
+    study_dir, phase = cell_of(trial.config)
+    return f"{study_dir.name}_{phase}_{trial.trial_id}"

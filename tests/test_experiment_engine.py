@@ -1,0 +1,81 @@
+"""One Tune run for every cell of an experiment (sptune.tune.experiment): the cells' trials share the
+cluster, finetuning waits for its own cell's pretraining selection only, and each cell stays a study."""
+
+import pytest
+from ray_fixtures import TINY, ray_instance  # noqa: F401 (a fixture)
+
+from sptune import files
+from sptune.experiments.plan import Cell, Plan
+from sptune.experiments.run import experiment_rows, run_experiment
+from sptune.tune import results
+from sptune.tune.options import Options
+
+pytestmark = pytest.mark.slow  # ~40 s on 2 CPU cores: 2 cells x 4 tiny trials in one Tune run
+
+SPACE = {"pretrain": {"params": {"optim.lr": [1e-3, 3e-3]}, "points": []},
+         "finetune": {"params": {"optim.lr": [1e-3]}, "points": []},
+         "scratch": {"params": {"optim.lr": [1e-3]}, "points": []}}
+
+
+def tiny_plan(keys, broken=()):
+    cells = [Cell(key=key, labels={"seed": i}, space=SPACE,
+                  overrides=("task.name=listops-mini", "model.name=transformer", f"run.seed={i}", *TINY,
+                             *(["optim.no_such_option=1"] if key in broken else [])))
+             for i, key in enumerate(keys)]
+    return Plan(experiment="engine", title="engine", axis="-", nuisance="-", fixed="-", layout={"kind": "grid"},
+                cells=cells, backend="tune")
+
+
+def test_cells_share_one_tune_run_and_stay_studies(tmp_path, ray_instance):  # noqa: F811
+    plan = tiny_plan(["a", "b", "bad"], broken=("bad",))
+    seen = []
+    failed = run_experiment(tmp_path, plan, Options(max_concurrent=2),
+                            on_cell=lambda cell, status, seconds: seen.append((cell.key, status)))
+    assert failed == ["bad"] and (tmp_path / files.CELLS / "bad" / files.CELL_ERROR).is_file()
+    assert sorted(seen) == [("a", "done"), ("b", "done"), ("bad", "failed")]
+    assert [p.name for p in (tmp_path / "tune").iterdir()] == ["experiment"]  # one Tune run, not one per phase
+    spans = []
+    for key in ("a", "b"):
+        cell_dir = tmp_path / files.CELLS / key
+        state = files.read_json(cell_dir / files.STUDY)
+        assert state["phases"] == {"pretrain": "done", "finetune": "done", "scratch": "done"}
+        rows = results.collect(cell_dir)
+        assert sorted(r["stage"] for r in rows) == ["finetune", "pretrain", "pretrain", "scratch"]
+        assert all(r["status"] == "completed" for r in rows)
+        best, _ = results.best_row(rows, "pretrain")
+        assert state["selected"]["trial"] == best["trial_id"]
+        finetune = next(r for r in rows if r["stage"] == "finetune")
+        assert files.read_json(finetune["run_dir"] + "/" + files.TRIAL)["init"]["trial"] == best["trial_id"]
+        pretrain_end = max(_span(r)[1] for r in rows if r["stage"] == "pretrain")
+        assert _span(finetune)[0] >= pretrain_end  # finetuning waited for its own cell's selection
+        spans.append([_span(r) for r in rows])
+    # The two cells ran at the same time: some trial of one overlaps some trial of the other.
+    assert any(s0 < e1 and s1 < e0 for s0, e0 in spans[0] for s1, e1 in spans[1])
+    assert len(experiment_rows(tmp_path, plan)) == 8
+    # A rerun retries only the broken cell (the others are done): no Tune run starts for them.
+    assert run_experiment(tmp_path, plan, Options(max_concurrent=2)) == ["bad"]
+
+
+def _span(row):
+    trial = files.read_json(row["run_dir"] + "/" + files.TRIAL)
+    start = trial["attempts"][0]["started"]
+    return start, start + trial["wall_seconds"]
+
+
+def test_plain_cells_train_in_ray_tasks_on_a_cluster(tmp_path, ray_instance, monkeypatch):  # noqa: F811
+    import os
+
+    from sptune.experiments import run
+
+    ran_in = []
+    real = run.run_cell_plain
+    # Recorded in the driver's list only if it runs in the driver (a Ray task appends in its worker's copy).
+    monkeypatch.setattr(run, "run_cell_plain",
+                        lambda cell, cell_dir: (ran_in.append(os.getpid()), real(cell, cell_dir)))
+    plan = tiny_plan(["p0", "p1"])
+    plan.backend = "plain"
+    assert run_experiment(tmp_path, plan, Options(), address="auto") == []
+    assert ran_in == []  # not in the driver: each cell was a Ray task
+    for key in ("p0", "p1"):
+        cell_dir = tmp_path / files.CELLS / key
+        assert all(files.finished_result(cell_dir / stage) for stage in ("pretrain", "finetune", "scratch"))

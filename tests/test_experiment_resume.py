@@ -1,0 +1,106 @@
+"""Kill and resume at the experiment level: the driver of a 3-cell experiment (one Tune run for all cells)
+is SIGKILLed while trials of two cells are mid-run; rerunning the same command resumes the experiment's
+Tune run, and every trial ends with the numbers of an uninterrupted run; no Ray process is left."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from ray_fixtures import REPO, TINY, ray_instance, sptune_env  # noqa: F401 (a fixture)
+from test_resume_study import midway
+
+from sptune import files
+from sptune.tune import results, session
+
+pytestmark = pytest.mark.slow  # ~90 s on 2 CPU cores: the killed run, its resume, an uninterrupted run
+
+# Pretraining and scratch long enough to be caught mid-way; one trial per phase at a time.
+LONG = ["pretrain.optim.max_steps=120", "pretrain.optim.eval_every=10",
+        "scratch.optim.max_steps=120", "scratch.optim.eval_every=10"]
+SPACE = {"pretrain": {"params": {"optim.lr": [1e-3, 3e-3]}, "points": []},
+         "finetune": {"params": {"optim.lr": [1e-3]}, "points": []},
+         "scratch": {"params": {"optim.lr": [1e-3]}, "points": []}}
+CELLS = ("c0", "c1", "c2")
+
+EXPERIMENT = """
+import sys
+from sptune.experiments.plan import Cell, Plan
+from sptune.experiments.run import run_experiment
+from sptune.tune.options import Options
+from test_experiment_resume import plan
+
+print("FAILED", run_experiment(sys.argv[1], plan(), Options(max_concurrent=1)), flush=True)
+"""
+
+
+def plan():
+    from sptune.experiments.plan import Cell, Plan
+
+    cells = [Cell(key=key, labels={"seed": i}, space=SPACE,
+                  overrides=("task.name=listops-mini", "model.name=transformer", f"run.seed={i}", *TINY, *LONG))
+             for i, key in enumerate(CELLS)]
+    return Plan(experiment="resume", title="resume", axis="-", nuisance="-", fixed="-", layout={"kind": "grid"},
+                cells=cells, backend="tune")
+
+
+def start(experiment_dir):
+    env = sptune_env(PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests")]))
+    return subprocess.Popen([sys.executable, "-c", EXPERIMENT, str(experiment_dir)], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def wait_for_two_cells_midway(experiment_dir, proc, timeout=300):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        busy = [key for key in CELLS for stage in ("pretrain", "scratch")
+                if midway(experiment_dir / files.CELLS / key, stage)]
+        if len(set(busy)) >= 2:
+            return
+        time.sleep(0.2)
+    raise AssertionError("no two cells had trials mid-run at once")
+
+
+def numbers(experiment_dir):
+    """{(cell, stage, lr): the trial's evaluations and test metric}; trial ids differ between runs."""
+    table = {}
+    for key in CELLS:
+        for row in results.collect(experiment_dir / files.CELLS / key):
+            result = files.read_json(row["run_dir"] + "/" + files.RESULT)
+            table[(key, row["stage"], row["optim.lr"])] = (
+                [(h["step"], h["val_metric"], h["val_loss"]) for h in result["history"]], result.get("test_metric"))
+    return table
+
+
+def test_a_killed_experiment_resumes_with_an_uninterrupted_runs_numbers(tmp_path, ray_instance):  # noqa: F811
+    from sptune.experiments.run import run_experiment
+    from sptune.tune.options import Options
+
+    killed = tmp_path / "killed"
+    tag = session.ray_tag(killed)
+    procs = [start(killed)]
+    try:
+        wait_for_two_cells_midway(killed, procs[0])
+        os.kill(procs[0].pid, signal.SIGKILL)
+        procs[0].wait(60)
+        procs.append(start(killed))
+        output = procs[1].communicate(timeout=420)[0]
+        assert procs[1].returncode == 0 and "FAILED []" in output, output[-3000:]
+        resumed = [files.read_json(run / files.TRIAL) for key in CELLS for stage in ("pretrain", "scratch")
+                   for run in (killed / files.CELLS / key / stage).iterdir()]
+        assert any(len(t["attempts"]) == 2 and t["attempts"][1]["start_step"] > 0 for t in resumed)
+
+        reference = tmp_path / "reference"
+        assert run_experiment(reference, plan(), Options(max_concurrent=1)) == []
+        expected = numbers(reference)
+        assert len(expected) == 12 and numbers(killed) == expected
+        time.sleep(2)  # the resumed driver stopped its own Ray instance on the way out
+        assert session.leftover_processes(killed) == []
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+        session.stop_processes(session.leftover_processes(killed) + session.ray_processes(tag))
