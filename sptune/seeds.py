@@ -87,9 +87,16 @@ def table(pairs: Sequence[Pair], metric: str | None, title: str = "") -> str:
         lines.append(f"mean paired gain (SPT - scratch): {stats.format_paired(p, k)}"
                      + (f"  [Student-t, {p.n - 1} dof]" if p.n > 1 else ""))
         if p.half_width is not None:
-            lines.append("the 95% interval " + ("excludes 0" if p.excludes_zero else "includes 0: no significant "
-                                                "difference at this number of seeds"))
+            lines.append(interval_verdict(p))
     return "\n".join(lines)
+
+
+def interval_verdict(p: stats.Paired) -> str:
+    """One line on what the paired interval says; a degenerate one (n = 2, zero variance) says nothing."""
+    if p.degenerate:
+        return "the 95% interval is degenerate (n=2 or zero variance): not evidence either way; run more seeds"
+    return "the 95% interval " + ("excludes 0" if p.excludes_zero else "includes 0: no significant "
+                                  "difference at this number of seeds")
 
 
 def write_csv(pairs: Sequence[Pair], path: Path) -> Path:
