@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from sptune import files, selection
+from sptune.tune import boundary
 from sptune.config import STAGES
 from sptune.atomic import write_text as write_text_atomic
 
@@ -174,6 +175,7 @@ def summary(study_dir: str | Path, rows: list[dict[str, Any]] | None = None) -> 
                      f"{best['best_step']:6d} {best['test_metric']:7.4f} {best['wall_seconds'] or 0:7.0f} "
                      f"{stage_cost:11.0f} {stage_flops(rows, stage):11.3g}  {how}")
     lines += _comparison(rows, state)
+    lines += boundary.warnings({stage: best_row(rows, stage)[0] for stage in STAGES}, state.get("space") or {})
     failed = [r for r in rows if r.get("status") == "failed"]
     for r in failed:
         lines.append(f"failed: {r['stage']} {r['trial_id']}: {r.get('reason')}")
