@@ -238,14 +238,8 @@ def study_pair(seed: int, study_dir: Path) -> tuple[Pair, str | None]:
     get = lambda stage, key: (best[stage] or {}).get(key)  # noqa: E731
     return Pair(seed, get("finetune", "test_metric"), get("scratch", "test_metric"), get("finetune", "best_val"),
                 get("scratch", "best_val"), get("pretrain", "best_val"), seconds, status,
-                **convergence("spt", _result(best["finetune"])), **convergence("scratch", _result(best["scratch"]))
-                ), metric
-
-
-def _result(row: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The result.json of a selected trial's run directory (None: no selected trial, or it has none)."""
-    path = Path(row["run_dir"]) / files.RESULT if row and row.get("run_dir") else None
-    return files.read_json(path) if path is not None and path.is_file() else None
+                **convergence("spt", results.run_result(best["finetune"])),
+                **convergence("scratch", results.run_result(best["scratch"]))), metric
 
 
 def report(parent: str | Path, wall_seconds: float | None = None, plot_path: str | Path | None = None

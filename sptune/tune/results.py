@@ -98,6 +98,12 @@ def trial_row(run_dir: Path, phase_done: bool) -> dict[str, Any]:
     return row
 
 
+def run_result(row: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The result.json of a row's run directory (None: no row, or its run has not finished)."""
+    path = Path(row["run_dir"]) / files.RESULT if row and row.get("run_dir") else None
+    return files.read_json(path) if path is not None and path.is_file() else None
+
+
 def device_seconds(row: dict[str, Any]) -> float:
     """Training + evaluation seconds x the devices the trial held (a fractional GPU counts whole)."""
     return (row["train_seconds"] + (row.get("eval_seconds") or 0.0)) * (row.get("devices") or 1)
