@@ -27,7 +27,7 @@ from typing import Any
 from sptune import atomic, files, multiplier, stats
 from sptune.config import load as load_config
 from sptune.atomic import write_text as write_text_atomic
-from sptune.experiments import plots
+from sptune.experiments import architectures, plots
 from sptune.experiments.plan import Plan, load_plan
 from sptune.experiments.run import cell_columns, experiment_rows
 from sptune.tune import results
@@ -333,6 +333,7 @@ def write(experiment_dir: str | Path) -> dict[str, Any]:
     summary_csv = results.write_rows(summary, experiment_dir / "summary.csv",
                                      first + ordered([k for a in summary for k in a if k not in first]))
     lines = header_lines(plan, experiment_dir, arm_rows)
+    summary_lines: list[str] = []  # what the script prints at its end besides the paths
     pngs: list[Path] = []
     kind = layout["kind"]
     if kind == "kernels":
@@ -345,6 +346,9 @@ def write(experiment_dir: str | Path) -> dict[str, Any]:
         pngs.append(plots.fractions(arm_rows, experiment_dir / "fractions.png", data_multipliers(arm_rows)))
     else:
         lines += [f"## {layout.get('heading', 'Results')}", "", grid_table(arm_rows, layout), ""]
+        if layout.get("architectures"):  # the 2 x 2 of paper Table 1: gains, gaps, baselines
+            summary_lines = architectures.lines(arm_rows, layout)
+            lines += summary_lines
         for name in layout.get("plots", []):
             pngs.append(getattr(plots, name)(arm_rows, layout, experiment_dir / f"{name}.png"))
     failed = [a for a in arm_rows if a["status"] != "completed"]
@@ -354,4 +358,5 @@ def write(experiment_dir: str | Path) -> dict[str, Any]:
     lines += [f"![{p.stem}]({p.name})" for p in pngs]
     table_md = experiment_dir / "table.md"
     write_text_atomic(table_md, "\n".join(lines) + "\n")
-    return {"results": results_csv, "summary": summary_csv, "table": table_md, "plots": pngs}
+    return {"results": results_csv, "summary": summary_csv, "table": table_md, "plots": pngs,
+            "summary_lines": summary_lines}
