@@ -247,9 +247,9 @@ def test_accuracy_prints_in_percent_and_r2_as_is():
 
 
 # ----------------------------------------------------------------------------- the real grids
-STUDY_SCRIPTS = ("lra_table", "data_fractions", "model_sizes", "spt_ratio", "kernels", "modalities")
+STUDY_SCRIPTS = ("lra_table", "data_fractions", "model_sizes", "spt_ratio", "kernels", "modalities", "architectures")
 REAL_CELLS = {"lra_table": 111, "data_fractions": 36, "model_sizes": 30, "spt_ratio": 48, "kernels": 4,
-              "modalities": 36}
+              "modalities": 36, "architectures": 2}
 
 
 @pytest.mark.parametrize("study", STUDY_SCRIPTS)
