@@ -3,8 +3,8 @@
     ucr-osuleaf   leaf outlines as 1-D series (427 steps), 6 classes, 200 TRAIN / 242 TEST series
     ucr-acsf1     appliance power consumption (1460 steps), 10 classes, 100 TRAIN / 100 TEST series
 
-No download: `sktime` (a dependency of sptune) installs sktime/datasets/data/<name>/<name>_{TRAIN,TEST}.ts;
-they are found with importlib's package spec (without importing sktime) and parsed here (sptune.tasks.ts_format), never with sktime's
+No download: `sktime` (a dependency of sptune) installs
+sktime/datasets/data/<name>/<name>_{TRAIN,TEST}.ts; they are found with importlib's package spec (without importing sktime) and parsed here (sptune.tasks.ts_format), never with sktime's
 own loaders, which import its heavy dependencies.
 
 Splits: test = the archive's TEST file (what the archive's published accuracies are measured on);
