@@ -19,6 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from sptune import baselines, registry, stats
+from sptune.experiments.plan import Plan
+from sptune.tune import boundary
 
 
 def lines(arm_rows: list[dict[str, Any]], layout: dict[str, Any]) -> list[str]:
@@ -43,6 +45,15 @@ def lines(arm_rows: list[dict[str, Any]], layout: dict[str, Any]) -> list[str]:
         out += ["", f"Trivial baselines on the same {task} splits (fit on train):", "", "```",
                 baselines.format_rows(rows), "```"]
     return out + [""]
+
+
+def boundary_lines(plan: Plan, rows: list[dict[str, Any]]) -> list[str]:
+    """The boundary check (sptune.tune.boundary) of every cell: a selected lr at the edge of its grid."""
+    out = []
+    for cell in plan.cells:
+        selected = {r["stage"]: r for r in rows if r["cell"] == cell.key and r.get("selected")}
+        out += [f"{cell.key}: {line}" for line in boundary.warnings(selected, {"stages": cell.space or {}})]
+    return out + ([""] if out else [])
 
 
 def gain_text(done: list[dict[str, Any]], model: str) -> str:

@@ -347,7 +347,7 @@ def write(experiment_dir: str | Path) -> dict[str, Any]:
     else:
         lines += [f"## {layout.get('heading', 'Results')}", "", grid_table(arm_rows, layout), ""]
         if layout.get("architectures"):  # the 2 x 2 of paper Table 1: gains, gaps, baselines
-            summary_lines = architectures.lines(arm_rows, layout)
+            summary_lines = architectures.lines(arm_rows, layout) + architectures.boundary_lines(plan, rows)
             lines += summary_lines
         for name in layout.get("plots", []):
             pngs.append(getattr(plots, name)(arm_rows, layout, experiment_dir / f"{name}.png"))
