@@ -58,9 +58,9 @@ def test_missing_architecture_prints_a_dash():
 
 def test_boundary_lines_name_the_cell_and_the_edge():
     plan = load_script().build(cli.parse_args("", []))
-    rows = [{"cell": plan.cells[1].key, "stage": "finetune", "selected": True, "optim.lr": 3e-3,
+    rows = [{"cell": plan.cells[1].key, "stage": "finetune", "selected": True, "optim.lr": 1e-2,
              "optim.batch_size": 32},
             {"cell": plan.cells[0].key, "stage": "scratch", "selected": True, "optim.lr": 1e-3, "optim.batch_size": 32}]
     lines = architectures.boundary_lines(plan, rows)
-    assert lines == [f"{plan.cells[1].key}: warning: finetune selected optim.lr=0.003, the top of its grid "
-                     "[0.0003, 0.001, 0.003]: extend the grid", ""]
+    assert lines == [f"{plan.cells[1].key}: warning: finetune selected optim.lr=0.01, the top of its grid "
+                     "[0.0003, 0.001, 0.003, 0.01]: extend the grid", ""]
