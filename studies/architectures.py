@@ -13,7 +13,7 @@ the SPT gain per architecture (paired by seed), the architecture gap SSM - Trans
 under SPT (the paper: the gap shrinks with SPT), and majority / 1-NN / logistic baselines on the same
 train / val / test splits.
 Nuisance, searched per stage with Ray Tune + Optuna: the lr grid of search_spaces/ucr-osuleaf/
-{transformer,s4}.yaml (finetune and scratch: the SAME 3 values, the SAME step budget; selection on
+{transformer,s4}.yaml (finetune and scratch: the SAME 4 values, the SAME step budget; selection on
 validation only, test read once at each selected run's best-validation checkpoint).
 Fixed: configs/ucr_osuleaf_{transformer,s4}.yaml (same backbone: 2 blocks, d_model 64, feed-forward 128,
 mean pooling; the sequence layer is the architecture), batch 32, 200 steps per stage, 25% masking with L1
@@ -68,7 +68,7 @@ def build(args) -> Plan:
     return Plan(
         experiment=EXPERIMENT, title="Architecture result at CPU scale: Transformer vs S4D, scratch vs SPT (Table 1)",
         axis="architecture (Transformer, S4D) x initialisation (scratch, masked SPT); seeds",
-        nuisance="lr per stage (finetune and scratch: the same 3-value grid and step budget)",
+        nuisance="lr per stage (finetune and scratch: the same 4-value grid and step budget)",
         fixed="configs/ucr_osuleaf_{transformer,s4}.yaml: backbone size, batch 32, 200 steps, 25% masking with L1",
         layout={"kind": "grid", "col": "column", "row_title": "model", "heading": "Test accuracy (%), UCR OSULeaf",
                 "plots": ["bars"], "plot_title": "OSULeaf test accuracy: scratch (solid), masked SPT (hatched)",
