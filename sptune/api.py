@@ -95,7 +95,7 @@ def _check_output(output: str) -> None:
 def _run(study_dir: Path, address: str | None, mode: str, header: list[str], retry_failed: bool = False) -> Path:
     from sptune import output
     from sptune.tune import results
-    from sptune.tune import pipeline, plots
+    from sptune.tune import curves, pipeline, plots
 
     log_path = study_dir / files.STUDY_LOG
     with output.captured(log_path, echo=mode == "verbose", show_trials=mode != "quiet") as console:
@@ -106,7 +106,7 @@ def _run(study_dir: Path, address: str | None, mode: str, header: list[str], ret
         rows = pipeline.run(study_dir, address=address, verbose=1, retry_failed=retry_failed)
         console.line()
         console.line(results.summary(study_dir, rows))
-        pngs = plots.write(study_dir)
+        pngs = plots.write(study_dir) + [p for p in [curves.write(study_dir, rows)] if p is not None]
         console.line(f"Optuna: optuna-dashboard {study_dir / files.OPTUNA_JOURNAL}   plots: "
                      f"{study_dir / plots.PLOTS_DIR}/ ({len(pngs)} PNG)")
         console.line(f"log: {log_path}")
@@ -132,15 +132,16 @@ def _run_seeds(parent: Path, address: str | None, mode: str, header: list[str]) 
 
 
 def report(study_dir: str | Path) -> tuple[str, list[Path]]:
-    """A study's summary table and its Optuna plots, from its run directories and journal (no training);
-    rewrites results.csv."""
+    """A study's summary table, its Optuna plots and its learning curves, from its run directories and
+    journal (no training); rewrites results.csv."""
     from sptune.tune import results
-    from sptune.tune import pipeline, plots
+    from sptune.tune import curves, pipeline, plots
 
     study_dir = Path(pipeline.load_state(study_dir)["dir"])
     rows = results.collect(study_dir)
     results.write_csv(rows, study_dir / files.RESULTS_CSV)
-    return results.summary(study_dir, rows), plots.write(study_dir)
+    curve = curves.write(study_dir, rows)
+    return results.summary(study_dir, rows), plots.write(study_dir) + ([curve] if curve else [])
 
 
 # ----------------------------------------------------------------------------- results as DataFrames

@@ -97,7 +97,8 @@ def compare_seeds(args: argparse.Namespace) -> int:
                                 sc.get("test_metric") if ok(sc) else None, ft.get("best_val") if ok(ft) else None,
                                 sc.get("best_val") if ok(sc) else None, results["pretrain"].get("best_val"),
                                 time.perf_counter() - start,
-                                "completed" if ok(ft) and ok(sc) else "a stage failed"))
+                                "completed" if ok(ft) and ok(sc) else "a stage failed",
+                                **seeds.convergence("spt", ft), **seeds.convergence("scratch", sc)))
     args.overrides = base
     print()
     print(seeds.table(pairs, metric))

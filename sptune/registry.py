@@ -13,13 +13,13 @@ from torch import nn
 
 from sptune.config import Config, ModelConfig
 from sptune.errors import UserError
-from sptune.tasks import bidmc, hub_tasks, listops, lra, pathfinder, pathfinder_release, shapes
+from sptune.tasks import bidmc, hub_tasks, listops, lra, pathfinder, pathfinder_release, shapes, ucr
 from sptune.tasks.base import Task
 
 TASKS: dict[str, Task] = {
     t.name: t
     for t in [listops.LISTOPS, listops.LISTOPS_MINI, *lra.TASKS, *hub_tasks.TASKS, *bidmc.TASKS, *pathfinder.TASKS,
-              *pathfinder_release.TASKS, *shapes.TASKS]
+              *pathfinder_release.TASKS, *shapes.TASKS, *ucr.TASKS]
 }
 
 

@@ -37,6 +37,14 @@ class Pair:
     pretrain_val: float | None = None  # the selected pretraining trial's validation metric
     seconds: float | None = None  # wall seconds of this seed's runs (study: sum of trials' device-seconds)
     status: str = "completed"
+    # Convergence of each arm's selected run: its best-validation step, its step budget (steps run) and
+    # its training loss at the last eval; a best step late in the budget says the run was still improving.
+    spt_best_step: int | None = None
+    spt_steps: int | None = None
+    spt_train_loss: float | None = None
+    scratch_best_step: int | None = None
+    scratch_steps: int | None = None
+    scratch_train_loss: float | None = None
 
     @property
     def complete(self) -> bool:
@@ -45,6 +53,27 @@ class Pair:
     @property
     def gain(self) -> float | None:
         return self.spt_test - self.scratch_test if self.complete else None
+
+
+LATE_FRACTION = 0.8  # a best step past 80% of the budget: the run may not have converged
+
+
+def convergence(arm: str, result: dict[str, Any] | None) -> dict[str, Any]:
+    """Pair fields `<arm>_best_step`, `<arm>_steps`, `<arm>_train_loss` from a run's result.json."""
+    result = result or {}
+    history = result.get("history") or []
+    return {f"{arm}_best_step": result.get("best_step"), f"{arm}_steps": result.get("steps"),
+            f"{arm}_train_loss": history[-1].get("train_loss") if history else None}
+
+
+def late_arms(p: Pair) -> list[str]:
+    """The arms of a seed whose best step lies in the last 20% of their budget."""
+    late = []
+    for arm in ("spt", "scratch"):
+        best, steps = getattr(p, f"{arm}_best_step"), getattr(p, f"{arm}_steps")
+        if best is not None and steps and best > LATE_FRACTION * steps:
+            late.append(arm)
+    return late
 
 
 def paired(pairs: Sequence[Pair], level: float = 0.95) -> stats.Paired | None:
@@ -69,13 +98,14 @@ def table(pairs: Sequence[Pair], metric: str | None, title: str = "") -> str:
     lines = [title] if title else []
     lines += [f"SPT vs scratch over {len(pairs)} seed(s), test metric at each run's best-validation checkpoint{unit}",
               f"{'seed':>6s} {'SPT val':>8s} {'SPT test':>9s} {'scratch val':>12s} {'scratch test':>13s} "
-              f"{'gain':>7s}"]
+              f"{'gain':>7s}  {'SPT best@/budget':>16s} {'loss':>7s}  {'scratch best@/budget':>20s} {'loss':>7s}"]
     for p in pairs:
         if not p.complete:
             lines.append(f"{p.seed:6d}  not complete ({p.status})")
             continue
         lines.append(f"{p.seed:6d} {fmt(p.spt_val):>8s} {fmt(p.spt_test):>9s} {fmt(p.scratch_val):>12s} "
-                     f"{fmt(p.scratch_test):>13s} {fmt(p.gain, True):>7s}")
+                     f"{fmt(p.scratch_test):>13s} {fmt(p.gain, True):>7s}  {_at(p, 'spt'):>16s} "
+                     f"{_loss(p.spt_train_loss):>7s}  {_at(p, 'scratch'):>20s} {_loss(p.scratch_train_loss):>7s}")
     done = [p for p in pairs if p.complete]
     if done:
         spt_mean, spt_sd = stats.mean_std([p.spt_test for p in done])
@@ -87,9 +117,42 @@ def table(pairs: Sequence[Pair], metric: str | None, title: str = "") -> str:
         lines.append(f"mean paired gain (SPT - scratch): {stats.format_paired(p, k)}"
                      + (f"  [Student-t, {p.n - 1} dof]" if p.n > 1 else ""))
         if p.half_width is not None:
-            lines.append("the 95% interval " + ("excludes 0" if p.excludes_zero else "includes 0: no significant "
-                                                "difference at this number of seeds"))
+            lines.append(interval_verdict(p))
+    lines += late_lines(done)
     return "\n".join(lines)
+
+
+def late_lines(done: Sequence[Pair]) -> list[str]:
+    """'best@/budget': a run's best-validation step / steps run, '*' past 80% of them; loss: training loss
+    at the last eval. One warning per arm with late best steps."""
+    lines = ["best@/budget: best-validation step / steps run (* = in the last 20% of the budget); "
+             "loss: training loss at the last eval"] if done else []
+    for arm, name in (("spt", "SPT (finetune)"), ("scratch", "scratch")):
+        late = [p.seed for p in done if arm in late_arms(p)]
+        if late:
+            lines.append(f"warning: {name} reached its best validation in the last 20% of its step budget for "
+                         f"seed(s) {', '.join(map(str, late))}: it may still be improving; a longer budget may "
+                         f"change the comparison")
+    return lines
+
+
+def _at(p: Pair, arm: str) -> str:
+    best, steps = getattr(p, f"{arm}_best_step"), getattr(p, f"{arm}_steps")
+    if best is None:
+        return "—"
+    return f"{best}/{steps if steps is not None else '?'}" + ("*" if arm in late_arms(p) else "")
+
+
+def _loss(value: float | None) -> str:
+    return "—" if value is None else f"{value:.4f}"
+
+
+def interval_verdict(p: stats.Paired) -> str:
+    """One line on what the paired interval says; a degenerate one (n = 2, zero variance) says nothing."""
+    if p.degenerate:
+        return "the 95% interval is degenerate (n=2 or zero variance): not evidence either way; run more seeds"
+    return "the 95% interval " + ("excludes 0" if p.excludes_zero else "includes 0: no significant "
+                                  "difference at this number of seeds")
 
 
 def write_csv(pairs: Sequence[Pair], path: Path) -> Path:
@@ -174,7 +237,9 @@ def study_pair(seed: int, study_dir: Path) -> tuple[Pair, str | None]:
     seconds = sum(r.get("device_seconds") or 0.0 for r in rows)
     get = lambda stage, key: (best[stage] or {}).get(key)  # noqa: E731
     return Pair(seed, get("finetune", "test_metric"), get("scratch", "test_metric"), get("finetune", "best_val"),
-                get("scratch", "best_val"), get("pretrain", "best_val"), seconds, status), metric
+                get("scratch", "best_val"), get("pretrain", "best_val"), seconds, status,
+                **convergence("spt", results.run_result(best["finetune"])),
+                **convergence("scratch", results.run_result(best["scratch"]))), metric
 
 
 def report(parent: str | Path, wall_seconds: float | None = None, plot_path: str | Path | None = None

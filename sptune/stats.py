@@ -9,6 +9,10 @@ mean(d) ± t_{1-alpha/2, n-1} * sd(d) / sqrt(n), sd with n - 1 in the denominato
 removes what two arms of one seed share (the validation/test split, the seed's data order), so the
 interval is about the gain, not about each arm's spread. With n = 1 there is no interval.
 
+Degenerate intervals: with n = 2 the t quantile has one degree of freedom (12.7) and sd rests on a
+single difference, and with zero variance the interval has width 0. Both are computed but flagged
+`degenerate`; a degenerate interval is never reported as excluding 0. NaN or inf inputs raise ValueError.
+
 Pure Python (no scipy): the t quantile inverts the Student-t CDF, written with the regularized
 incomplete beta function (continued fraction, Numerical Recipes 6.4), by bisection.
 """
@@ -31,6 +35,7 @@ class Paired:
     half_width: float | None  # t_{1-alpha/2, n-1} * sd / sqrt(n); None for n < 2
     level: float  # confidence level, e.g. 0.95
     differences: tuple[float, ...]
+    degenerate: bool = False  # n == 2 or zero variance: the interval is not evidence either way
 
     @property
     def low(self) -> float | None:
@@ -43,17 +48,19 @@ class Paired:
     @property
     def excludes_zero(self) -> bool:
         """Whether the interval lies entirely on one side of 0 (a 'significant' paired gain)."""
-        return self.half_width is not None and (self.low > 0 or self.high < 0)
+        if self.half_width is None or self.degenerate:
+            return False
+        return self.low > 0 or self.high < 0
 
     def to_dict(self) -> dict:
         return {"n": self.n, "mean": self.mean, "sd": self.sd, "half_width": self.half_width, "low": self.low,
                 "high": self.high, "level": self.level, "excludes_zero": self.excludes_zero,
-                "differences": list(self.differences)}
+                "degenerate": self.degenerate, "differences": list(self.differences)}
 
 
 def mean_std(values: Sequence[float]) -> tuple[float | None, float | None]:
     """Mean and sample standard deviation (n - 1); (None, None) for no values, std None for one."""
-    values = [float(v) for v in values]
+    values = finite_floats(values, "mean_std")
     if not values:
         return None, None
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
@@ -63,12 +70,23 @@ def paired_t(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> Pai
     """Mean of a_i - b_i with its Student-t confidence interval (n - 1 degrees of freedom)."""
     if len(a) != len(b):
         raise ValueError(f"paired_t needs pairs: got {len(a)} and {len(b)} values")
-    return t_interval([float(x) - float(y) for x, y in zip(a, b)], level)
+    a, b = finite_floats(a, "paired_t"), finite_floats(b, "paired_t")
+    return t_interval([x - y for x, y in zip(a, b)], level)
+
+
+def finite_floats(values: Sequence[float], caller: str) -> list[float]:
+    """`values` as floats; ValueError naming the position of a NaN or infinite value (a diverged run)."""
+    out = [float(v) for v in values]
+    bad = [i for i, v in enumerate(out) if not math.isfinite(v)]
+    if bad:
+        raise ValueError(f"{caller} got a non-finite value ({out[bad[0]]}) at position {bad[0]}: "
+                         "drop or rerun the diverged seed before computing statistics")
+    return out
 
 
 def t_interval(differences: Sequence[float], level: float = 0.95) -> Paired:
     """The one-sample Student-t interval of the mean of `differences`."""
-    d = tuple(float(v) for v in differences)
+    d = tuple(finite_floats(differences, "t_interval"))
     if not d:
         raise ValueError("t_interval needs at least one value")
     if not 0.0 < level < 1.0:
@@ -79,7 +97,7 @@ def t_interval(differences: Sequence[float], level: float = 0.95) -> Paired:
         return Paired(n, mean, None, None, level, d)
     sd = statistics.stdev(d)
     half = t_quantile(0.5 + level / 2, n - 1) * sd / math.sqrt(n)
-    return Paired(n, mean, sd, half, level, d)
+    return Paired(n, mean, sd, half, level, d, degenerate=(n == 2 or sd == 0.0))
 
 
 def format_paired(p: Paired, scale: float = 1.0, digits: int = 2) -> str:
@@ -87,8 +105,9 @@ def format_paired(p: Paired, scale: float = 1.0, digits: int = 2) -> str:
     m = p.mean * scale
     if p.half_width is None:
         return f"{m:+.{digits}f} (n={p.n}, no interval)"
+    flag = ", degenerate: " + ("n=2" if p.n == 2 else "zero variance") if p.degenerate else ""
     return (f"{m:+.{digits}f} ± {p.half_width * scale:.{digits}f} ({p.level:.0%} CI [{p.low * scale:+.{digits}f}, "
-            f"{p.high * scale:+.{digits}f}], n={p.n})")
+            f"{p.high * scale:+.{digits}f}], n={p.n}{flag})")
 
 
 # ----------------------------------------------------------------------------- Student-t distribution

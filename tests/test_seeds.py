@@ -22,7 +22,7 @@ def test_compare_seeds_prints_each_seed_and_the_paired_interval(tmp_path, capsys
     out = capsys.readouterr().out
     assert "--- seed 0" in out and "--- seed 1" in out
     assert "SPT vs scratch over 2 seed(s)" in out and "mean paired gain (SPT - scratch)" in out
-    assert "95% CI" in out and "[Student-t, 1 dof]" in out
+    assert "95% CI" in out and "[Student-t, 1 dof]" in out and "best@/budget" in out
     for seed in (0, 1):  # default run names carry the seed: nothing is shared or resumed across seeds
         (run,) = out_dir.glob(f"finetune-listops-mini-transformer-s{seed}*")
         assert json.loads((run / "result.json").read_text())["status"] == "completed"
@@ -53,6 +53,10 @@ def test_multi_seed_study_one_study_per_seed_then_report(tmp_path, ray_instance,
     gains = [p["spt_test"] - p["scratch_test"] for p in summary["pairs"]]
     assert summary["paired_gain"]["mean"] == pytest.approx(sum(gains) / 2)
     assert "mean paired gain (SPT - scratch)" in out["text"] and summary["wall_seconds"] > 0
+    for pair in summary["pairs"]:  # convergence columns from each selected run's result.json
+        for arm in ("spt", "scratch"):
+            assert 0 < pair[f"{arm}_best_step"] <= pair[f"{arm}_steps"] and pair[f"{arm}_train_loss"] > 0
+    assert "best@/budget" in out["text"] and f"/{summary['pairs'][0]['scratch_steps']}" in out["text"]
     assert (parent / files.SEEDS_PLOT).read_bytes()[:4] == b"\x89PNG"
 
     # `sptune report` and `sptune results` rebuild the same summary from the run directories.

@@ -44,7 +44,12 @@ def test_interval_that_includes_zero_and_degenerate_cases():
     assert one.half_width is None and one.low is None and not one.excludes_zero
     assert "no interval" in stats.format_paired(one)
     same = stats.t_interval([0.2, 0.2, 0.2])
-    assert same.half_width == 0.0 and same.excludes_zero
+    assert same.half_width == 0.0 and same.degenerate and not same.excludes_zero
+    assert "degenerate: zero variance" in stats.format_paired(same)
+    two = stats.t_interval([1.0, 1.1])
+    assert two.degenerate and two.low > 0 and not two.excludes_zero
+    assert "degenerate: n=2" in stats.format_paired(two) and two.to_dict()["degenerate"] is True
+    assert not stats.t_interval([1.0, 1.1, 1.2]).degenerate
     with pytest.raises(ValueError):
         stats.paired_t([1, 2], [1])
     with pytest.raises(ValueError):
@@ -67,3 +72,44 @@ def test_seed_table_and_plot(tmp_path):
     png = seeds.plot(pairs, "accuracy", tmp_path / "seeds.png")
     assert png.read_bytes()[:4] == b"\x89PNG"
     assert seeds.write_csv(pairs, tmp_path / "s.csv").read_text().count("\n") == 7
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_inputs_raise_a_value_error_naming_the_position(bad):
+    with pytest.raises(ValueError, match="non-finite value .* at position 1"):
+        stats.mean_std([0.5, bad])
+    with pytest.raises(ValueError, match="non-finite"):
+        stats.paired_t([0.5, 0.6, 0.7], [0.4, bad, 0.5])
+    with pytest.raises(ValueError, match="non-finite"):
+        stats.t_interval([bad])
+
+
+def test_seed_table_says_a_two_seed_interval_is_degenerate():
+    pairs = [seeds.Pair(s, 0.60 + 0.01 * s, 0.55, 0.61, 0.56) for s in range(2)]
+    text = seeds.table(pairs, "accuracy")
+    assert "degenerate" in text and "excludes 0" not in text
+
+
+def _pair(seed, spt_best, scratch_best, budget=100):
+    return seeds.Pair(seed, 0.7, 0.6, 0.71, 0.61, spt_best_step=spt_best, spt_steps=budget, spt_train_loss=0.25,
+                      scratch_best_step=scratch_best, scratch_steps=budget, scratch_train_loss=0.5)
+
+
+def test_seed_table_shows_best_step_budget_and_train_loss_and_flags_late_best_steps():
+    text = seeds.table([_pair(0, 50, 90), _pair(1, 80, 100), _pair(2, 40, 60)], "accuracy")
+    row0 = next(line for line in text.splitlines() if line.strip().startswith("0 "))
+    assert "50/100" in row0 and "90/100*" in row0 and "0.2500" in row0 and "0.5000" in row0
+    assert "80/100 " in text  # exactly 80%: not in the last 20%
+    assert ("warning: scratch reached its best validation in the last 20% of its step budget for seed(s) 0, 1"
+            in text)
+    assert "warning: SPT" not in text
+    assert seeds.late_arms(_pair(3, 81, 10)) == ["spt"]
+
+
+def test_convergence_fields_come_from_a_result(tmp_path):
+    result = {"best_step": 40, "steps": 50, "history": [{"train_loss": 1.0}, {"train_loss": 0.3}]}
+    assert seeds.convergence("spt", result) == {"spt_best_step": 40, "spt_steps": 50, "spt_train_loss": 0.3}
+    assert seeds.convergence("scratch", None) == {"scratch_best_step": None, "scratch_steps": None,
+                                                  "scratch_train_loss": None}
+    csv_text = seeds.write_csv([_pair(0, 50, 90)], tmp_path / "s.csv").read_text()
+    assert "scratch_best_step" in csv_text.splitlines()[0] and ",90," in csv_text

@@ -187,6 +187,7 @@ def test_python_api_study_with_mlflow(tmp_path, ray_instance, capsys, monkeypatc
     (study_dir / "plots" / "pretrain-history.png").unlink()
     assert main(["report", str(study_dir)]) == 0
     assert results.RULE in capsys.readouterr().out and (study_dir / "plots" / "pretrain-history.png").is_file()
+    assert (study_dir / "plots" / "learning-curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def wandb_records(path):

@@ -81,6 +81,8 @@ def main(experiment: str, build_plan: Callable[[argparse.Namespace], Plan], desc
     except KeyboardInterrupt:
         print("interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
+    for line in paths.get("summary_lines", []):
+        print(line)
     print(f"table: {paths['table']}")
     for png in paths["plots"]:
         print(f"plot:  {png}")
@@ -125,6 +127,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 0
 
     paths = report.write(args.study_dir)
+    for line in paths.get("summary_lines", []):
+        print(line)
     print(f"table: {paths['table']}")
     print(f"trials: {paths['results']}")
     for png in paths["plots"]:

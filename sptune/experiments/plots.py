@@ -49,8 +49,10 @@ def _series(arm_rows: list[dict[str, Any]], line_key: str, x_key: str) -> dict[s
     return {line: sorted(points) for line, points in out.items()}
 
 
-def fractions(arm_rows: list[dict[str, Any]], path: Path) -> Path:
-    """Figure 3 layout: (left) test metric vs training fraction, scratch vs SPT; (right) relative gain."""
+def fractions(arm_rows: list[dict[str, Any]], path: Path, multipliers: dict[str, dict[float, Any]] | None = None
+              ) -> Path:
+    """Figure 3 layout: (left) test metric vs training fraction, scratch vs SPT, each SPT point annotated
+    with its data multiplier (sptune.multiplier: 'scratch needs 2.0x the data'); (right) relative gain."""
     factor, ylabel = _unit(_metric(arm_rows))
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     columns = list(dict.fromkeys(a["column"] for a in arm_rows))
@@ -64,6 +66,8 @@ def fractions(arm_rows: list[dict[str, Any]], path: Path) -> Path:
                 xs, ys, es = zip(*points)
                 left.errorbar(xs, [y * factor for y in ys], yerr=[e * factor for e in es], fmt=style + marker,
                               color=colors[i % len(colors)], capsize=3, label=f"{column}: {label}")
+                if arm == "masked":
+                    _annotate_multipliers(left, points, (multipliers or {}).get(column, {}), factor)
         scratch = dict((x, y) for x, y, _ in series.get("scratch", []))
         gains = [(x, 100.0 * (y - scratch[x]) / scratch[x]) for x, y, _ in series.get("masked", [])
                  if scratch.get(x)]
@@ -84,6 +88,14 @@ def fractions(arm_rows: list[dict[str, Any]], path: Path) -> Path:
     left.legend(fontsize=8)
     right.legend(fontsize=8)
     return _save(fig, path)
+
+
+def _annotate_multipliers(ax: Any, points: list[tuple[float, float, float]], found: dict[float, Any],
+                          factor: float) -> None:
+    for x, y, _ in points:
+        if float(x) in found:
+            ax.annotate(found[float(x)].text().split(" [")[0], (x, y * factor), textcoords="offset points",
+                        xytext=(4, 6), fontsize=7)
 
 
 def _count_label(value: float, _position: Any = None) -> str:

@@ -13,6 +13,8 @@ Terms:
             compare at equal compute, App. D)
     gain    SPT vs scratch at one table position: the mean paired difference over seeds (pairs matched by
             seed) with its 95% Student-t interval, sptune.stats, as `sptune study/compare --seeds` report it
+    data ×  (fraction experiment) how many times the labelled data scratch needs to match SPT's accuracy at
+            that fraction, with a seed-bootstrap 95% interval (sptune.multiplier)
 """
 
 from __future__ import annotations
@@ -22,10 +24,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from sptune import atomic, files, stats
+from sptune import atomic, files, multiplier, stats
 from sptune.config import load as load_config
 from sptune.atomic import write_text as write_text_atomic
-from sptune.experiments import plots
+from sptune.experiments import architectures, plots
 from sptune.experiments.plan import Plan, load_plan
 from sptune.experiments.run import cell_columns, experiment_rows
 from sptune.tune import results
@@ -194,16 +196,31 @@ def fraction_table(arm_rows: list[dict[str, Any]], layout: dict[str, Any]) -> st
     table = entries(arm_rows, "fraction", "column_arm")
     fractions = sorted({a["fraction"] for a in arm_rows})
     cols = ordered([a["column"] for a in arm_rows])
-    header = ["train fraction"] + [f"{c} {what}" for c in cols for what in ("scratch", "SPT", "gain")]
+    header = ["train fraction"] + [f"{c} {what}" for c in cols for what in ("scratch", "SPT", "gain", "data ×")]
+    multipliers = data_multipliers(arm_rows)
     body = []
     for fraction in fractions:
         line = [f"{fraction:g}"]
         for col in cols:
             scratch = table.get((str(fraction), f"{col}|scratch"))
             spt = table.get((str(fraction), f"{col}|masked"))
-            line += [fmt_entry(scratch), fmt_entry(spt), fmt_gain(scratch, spt)]
+            found = multipliers.get(col, {}).get(float(fraction))
+            line += [fmt_entry(scratch), fmt_entry(spt), fmt_gain(scratch, spt), found.text() if found else "—"]
         body.append(line)
     return markdown_table(header, body)
+
+
+def data_multipliers(arm_rows: list[dict[str, Any]]) -> dict[str, dict[float, multiplier.Multiplier]]:
+    """Per task column: how much labelled data scratch needs to match SPT at each fraction (sptune.multiplier),
+    from the seeds whose scratch and SPT arms both finished."""
+    out = {}
+    for col in ordered([a["column"] for a in arm_rows]):
+        done = {(a["fraction"], a.get("seed"), a["arm"]): a["test"] for a in arm_rows
+                if a["column"] == col and a["test"] is not None}
+        records = [(f, seed, test, done[(f, seed, "masked")]) for (f, seed, arm), test in done.items()
+                   if arm == "scratch" and (f, seed, "masked") in done]
+        out[col] = multiplier.multipliers(records)
+    return out
 
 
 def relative_gain(scratch: dict[str, Any] | None, spt: dict[str, Any] | None) -> float | None:
@@ -316,6 +333,7 @@ def write(experiment_dir: str | Path) -> dict[str, Any]:
     summary_csv = results.write_rows(summary, experiment_dir / "summary.csv",
                                      first + ordered([k for a in summary for k in a if k not in first]))
     lines = header_lines(plan, experiment_dir, arm_rows)
+    summary_lines: list[str] = []  # what the script prints at its end besides the paths
     pngs: list[Path] = []
     kind = layout["kind"]
     if kind == "kernels":
@@ -325,9 +343,12 @@ def write(experiment_dir: str | Path) -> dict[str, Any]:
     elif kind == "fraction":
         lines += ["## Test metric vs training-data fraction (§3.4, Figure 3)", "", fraction_table(arm_rows, layout),
                   ""]
-        pngs.append(plots.fractions(arm_rows, experiment_dir / "fractions.png"))
+        pngs.append(plots.fractions(arm_rows, experiment_dir / "fractions.png", data_multipliers(arm_rows)))
     else:
         lines += [f"## {layout.get('heading', 'Results')}", "", grid_table(arm_rows, layout), ""]
+        if layout.get("architectures"):  # the 2 x 2 of paper Table 1: gains, gaps, baselines
+            summary_lines = architectures.lines(arm_rows, layout) + architectures.boundary_lines(plan, rows)
+            lines += summary_lines
         for name in layout.get("plots", []):
             pngs.append(getattr(plots, name)(arm_rows, layout, experiment_dir / f"{name}.png"))
     failed = [a for a in arm_rows if a["status"] != "completed"]
@@ -337,4 +358,5 @@ def write(experiment_dir: str | Path) -> dict[str, Any]:
     lines += [f"![{p.stem}]({p.name})" for p in pngs]
     table_md = experiment_dir / "table.md"
     write_text_atomic(table_md, "\n".join(lines) + "\n")
-    return {"results": results_csv, "summary": summary_csv, "table": table_md, "plots": pngs}
+    return {"results": results_csv, "summary": summary_csv, "table": table_md, "plots": pngs,
+            "summary_lines": summary_lines}

@@ -27,7 +27,7 @@ import numpy as np
 
 from sptune import atomic
 from sptune.errors import UserError
-from sptune.tasks import cache
+from sptune.tasks import cache, ts_format
 from sptune.tasks.base import Split, Task
 
 SEQ_LEN = 4000
@@ -137,30 +137,12 @@ def verify_bidmc(task: Task, data_dir: Path) -> list[str]:
 
 def read_ts(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """A Monash/UEA regression .ts file (no timestamps): x (N, length, dims) float32, y (N,)."""
-    xs, ys = [], []
-    in_data = False
-    with open(path, encoding="latin-1") as f:
-        for line_no, line in enumerate(f, start=1):
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            if not in_data:
-                in_data = line.lower() == "@data"
-                continue
-            *dims, target = line.split(":")
-            try:
-                series = [np.array(d.replace("?", "nan").split(","), dtype=np.float32) for d in dims]
-                if len({len(s) for s in series}) != 1:
-                    raise ValueError("dimensions of unequal length")
-                xs.append(np.stack(series, axis=-1))
-                ys.append(float(target))
-            except ValueError as err:
-                raise UserError(f"{path}:{line_no}: not a .ts data row ({err}); use the Monash TSER release file") from None
-    if not xs:
-        raise UserError(f"{path}: no @data rows; use the Monash TSER release file")
-    if len({x.shape for x in xs}) != 1:
-        raise UserError(f"{path}: series of different lengths; use the Monash TSER release file")
-    return np.stack(xs), np.array(ys, dtype=np.float64)
+    fix = "use the Monash TSER release file"
+    x, labels = ts_format.read_ts(path, fix)
+    try:
+        return x, np.array(labels, dtype=np.float64)
+    except ValueError as err:
+        raise UserError(f"{path}: a target is not a number ({err}); {fix}") from None
 
 
 def _sklearn_split(n: int, test_size: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

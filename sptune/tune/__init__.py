@@ -6,6 +6,8 @@
     search.py      search-space files -> Optuna searcher (+ ASHA) for Ray Tune
     pipeline.py    the study: pretraining search -> finetuning from the best trial, scratch baseline; resume
     results.py     results.csv of a study or an experiment (one schema), the selected trial, the summary
+    boundary.py    the warning when a selected value sits at the edge of its searched grid
+    curves.py      learning curves (validation vs step and vs training FLOPs) of the selected trials
     cli.py         `sptune study | resume | results`
 
 Nothing here trains: every number comes from `sptune.train.run_stage`, so a study's trial and a

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from sptune import files, selection
+from sptune.tune import boundary
 from sptune.config import STAGES
 from sptune.atomic import write_text as write_text_atomic
 
@@ -95,6 +96,12 @@ def trial_row(run_dir: Path, phase_done: bool) -> dict[str, Any]:
     if row.get("train_seconds") is not None:
         row["device_seconds"] = device_seconds(row)
     return row
+
+
+def run_result(row: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The result.json of a row's run directory (None: no row, or its run has not finished)."""
+    path = Path(row["run_dir"]) / files.RESULT if row and row.get("run_dir") else None
+    return files.read_json(path) if path is not None and path.is_file() else None
 
 
 def device_seconds(row: dict[str, Any]) -> float:
@@ -174,6 +181,7 @@ def summary(study_dir: str | Path, rows: list[dict[str, Any]] | None = None) -> 
                      f"{best['best_step']:6d} {best['test_metric']:7.4f} {best['wall_seconds'] or 0:7.0f} "
                      f"{stage_cost:11.0f} {stage_flops(rows, stage):11.3g}  {how}")
     lines += _comparison(rows, state)
+    lines += boundary.warnings({stage: best_row(rows, stage)[0] for stage in STAGES}, state.get("space") or {})
     failed = [r for r in rows if r.get("status") == "failed"]
     for r in failed:
         lines.append(f"failed: {r['stage']} {r['trial_id']}: {r.get('reason')}")
