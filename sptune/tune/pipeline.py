@@ -11,7 +11,8 @@ the default; sptune.tune.resources.room_for_two_phases): the scratch search depe
 beside the pretrain -> finetune chain and the two share the cluster (Ray schedules the trials of both; each
 phase keeps its own max_concurrent). The chain runs in the driver's main thread,
 where Ctrl-C arrives; scratch runs in a second thread, whose Tuner Ray Tune allows (it installs no signal
-handler off the main thread), and is interrupted the same way when the chain stops. `sequential_phases`
+handler off the main thread). When the chain stops, the scratch thread's Tune loop ends at its next step
+boundary (StopAtStepBoundary), never inside a write. `sequential_phases`
 (a study from before the option: always) runs the three one after another.
 
 A study directory holds everything, so `sptune resume <dir>` needs nothing else:
@@ -50,7 +51,7 @@ from sptune.config import STAGES
 from sptune.config import load as load_config
 from sptune.errors import UserError
 from sptune.registry import check_names
-from sptune.tune import loggers, outcomes, resources, results, search, stopped
+from sptune.tune import loggers, outcomes, resources, results, search, stopped, stopping_phases
 from sptune.tune.options import Options
 from sptune.tune.session import ray_session
 from sptune.tune.trainable import LINEAGE_KEY, PATHS, TrialSpec, choose_path, stage_trainable, trial_resources
@@ -239,6 +240,7 @@ def _run_chain(study_dir: Path, state: dict[str, Any], trainable: Callable[..., 
             set_phase(study_dir, state, "finetune", "skipped: no pretraining trial completed")
             output.say("finetune: skipped, no pretraining trial completed")
             continue
+        stopping_phases.register(stopping_phases.key(study_dir, phase), stopping)
         run_phase(study_dir, state, phase, trainable, verbose)
         if stopping.is_set():
             return
@@ -249,10 +251,10 @@ def run_concurrently(run_chain: Callable[[Iterable[str], threading.Event], None]
                      chains: list[tuple[str, ...]]) -> None:
     """The first chain in this (the main) thread, each other in a thread of its own; all finish, or all stop.
 
-    Ctrl-C reaches only the main thread. There, or on any error, the other chains get a KeyboardInterrupt
-    raised in their threads (CPython's PyThreadState_SetAsyncExc), which stops their Tuners just as Ctrl-C
-    stops a Tuner in the main thread; their phases stay unfinished for a resume. An error in another chain
-    is raised here once the main chain is done."""
+    Ctrl-C reaches only the main thread. There, or on any error, `stopping` is set: each other chain's Tune
+    loop then raises PhaseInterrupted at the start of its next step (stopping_phases.StopAtStepBoundary),
+    between two writes of Tune's state, and its phase stays unfinished for a resume. An error in another
+    chain is raised here once the main chain is done."""
     stopping = threading.Event()
     errors: list[BaseException] = []
 
@@ -275,19 +277,10 @@ def run_concurrently(run_chain: Callable[[Iterable[str], threading.Event], None]
     except BaseException:
         stopping.set()
         for thread in threads:
-            _interrupt(thread)
-        for thread in threads:
             thread.join(60)
         raise
     if errors:
         raise errors[0]
-
-
-def _interrupt(thread: threading.Thread) -> None:
-    import ctypes
-
-    if thread.ident is not None and thread.is_alive():
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(KeyboardInterrupt))
 
 
 def crashed_trials(study_dir: Path, phase: str) -> list[Path]:
@@ -372,7 +365,8 @@ def run_phase(study_dir: Path, state: dict[str, Any], phase: str, trainable: Cal
                 failure_config=ray_tune.FailureConfig(max_failures=options["max_failures"]),
                 checkpoint_config=ray_tune.CheckpointConfig(num_to_keep=1),
                 # Tune's own TensorBoard logger is left out: the study's TensorBoard runs are the trials'.
-                callbacks=[JsonLoggerCallback(), CSVLoggerCallback(), outcomes.make_outcomes_callback(spec),
+                callbacks=[stopping_phases.StopAtStepBoundary(stopping_phases.key(study_dir, phase)),
+                           JsonLoggerCallback(), CSVLoggerCallback(), outcomes.make_outcomes_callback(spec),
                            *loggers.callbacks(logger, study_dir, phase),
                            PhaseProgress(phase, trials)]))
     tuner.fit()
