@@ -33,14 +33,15 @@ def run_study(config: str | Path, overrides: Sequence[str] = (), dir: str | Path
               gpus_per_worker: float | None = None, asha: bool | None = None, sampler: str | None = None,
               seed: int | None = None, max_failures: int = 2, train_path: str = "auto", logger: str = "tensorboard",
               address: str | None = None, output: str = "progress", seeds: Sequence[int] | None = None,
-              sequential_phases: bool = False) -> Path:
+              sequential_phases: bool = False, time_budget_s: float | None = None) -> Path:
     """Create a study (see `sptune study --help` for each option) and run it; returns its directory.
 
     `config` is a YAML file, `overrides` section.field=value strings; `dir` defaults to
     runs/study-<config name> (runs/seeds-<config name> with `seeds`). `seeds`: the same study once per
     seed (one study directory each) and the paired SPT - scratch gain with its 95% CI (sptune.tune.seeds).
     `sequential_phases`: the scratch search waits for finetuning instead of running beside the
-    pretrain -> finetune chain (the default, which shares the cluster between them).
+    pretrain -> finetune chain (the default, which shares the cluster between them). `time_budget_s`: stop
+    cleanly after that many wall seconds of this run (what finished is reported; resume continues).
     Raises UserError for a bad option, before any Ray work.
     """
     from sptune.tune import pipeline
@@ -48,15 +49,19 @@ def run_study(config: str | Path, overrides: Sequence[str] = (), dir: str | Path
 
     if num_samples is not None and num_samples < 1:
         raise UserError("--num-samples must be >= 1")
+    if time_budget_s is not None and time_budget_s <= 0:
+        raise UserError("--time-budget must be > 0 seconds")
     _check_output(output)
     options = Options(num_samples=num_samples, max_concurrent=max_concurrent, workers=workers,
                       cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker, asha=asha, sampler=sampler,
                       seed=seed, max_failures=max_failures, train_path=train_path, smoke=smoke, logger=logger,
-                      sequential_phases=sequential_phases)
+                      sequential_phases=sequential_phases, time_budget_s=time_budget_s)
     study_dir = Path(dir) if dir else default_dir(config, smoke, bool(seeds))
     if seeds:
         from sptune.tune import seeds as multi
 
+        if time_budget_s is not None:
+            raise UserError("--time-budget is not supported with --seeds yet; bound each seed's study instead")
         spec = multi.create(str(config), list(overrides), study_dir, list(seeds),
                             str(search_space) if search_space else None, options)
         return _run_seeds(study_dir.resolve(), address, output,
@@ -67,11 +72,11 @@ def run_study(config: str | Path, overrides: Sequence[str] = (), dir: str | Path
     header = [f"study {state['dir']}: search space {state['space']['path']}, up to "
               f"{state['options']['num_samples']} trials per stage, {state['options']['max_concurrent']} at once",
               pipeline.describe_path(state["options"])]
-    return _run(Path(state["dir"]), address, output, header)
+    return _run(Path(state["dir"]), address, output, header, time_budget_s=time_budget_s)
 
 
 def resume_study(study_dir: str | Path, *, address: str | None = None, output: str = "progress",
-                 retry_failed: bool = False) -> Path:
+                 retry_failed: bool = False, time_budget_s: float | None = None) -> Path:
     """Continue a study whose driver stopped: finished trials are kept, unfinished ones continue;
     `retry_failed` also reruns crashed trials of finished phases from their last checkpoint."""
     from sptune import seeds
@@ -84,7 +89,8 @@ def resume_study(study_dir: str | Path, *, address: str | None = None, output: s
     state = pipeline.load_state(study_dir)
     done = [p for p, s in state["phases"].items() if s == "done"]
     return _run(Path(state["dir"]), address, output,
-                [f"resuming {state['dir']}" + (f" (done: {', '.join(done)})" if done else "")], retry_failed)
+                [f"resuming {state['dir']}" + (f" (done: {', '.join(done)})" if done else "")], retry_failed,
+                time_budget_s)
 
 
 def _check_output(output: str) -> None:
@@ -92,7 +98,8 @@ def _check_output(output: str) -> None:
         raise UserError(f"output={output!r}; choose one of: {', '.join(OUTPUTS)}")
 
 
-def _run(study_dir: Path, address: str | None, mode: str, header: list[str], retry_failed: bool = False) -> Path:
+def _run(study_dir: Path, address: str | None, mode: str, header: list[str], retry_failed: bool = False,
+         time_budget_s: float | None = None) -> Path:
     from sptune import output
     from sptune.tune import results
     from sptune.tune import curves, pipeline, plots
@@ -103,7 +110,8 @@ def _run(study_dir: Path, address: str | None, mode: str, header: list[str], ret
             for line in header + [f"log: {log_path}   (Ray, Tune and every trial's output)"]:
                 console.line(line)
         # Tune's tables always go to the log; the terminal gets them only when echoing (verbose).
-        rows = pipeline.run(study_dir, address=address, verbose=1, retry_failed=retry_failed)
+        rows = pipeline.run(study_dir, address=address, verbose=1, retry_failed=retry_failed,
+                            time_budget_s=time_budget_s)
         console.line()
         console.line(results.summary(study_dir, rows))
         pngs = plots.write(study_dir) + [p for p in [curves.write(study_dir, rows)] if p is not None]

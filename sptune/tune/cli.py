@@ -50,6 +50,8 @@ def register(subparsers) -> None:
                                                "latest checkpoint, the searcher keeps its state.")
     resume.add_argument("study_dir")
     resume.add_argument("--address", help="Ray cluster to join (default: start a local Ray instance)")
+    resume.add_argument("--time-budget", dest="time_budget_s", type=float, metavar="SECONDS",
+                        help="stop cleanly after this many wall seconds (resume again to continue)")
     resume.add_argument("--retry-failed", action="store_true",
                         help="also rerun crashed trials of finished phases, from their last checkpoint "
                              "(deterministic failures - out of memory, non-finite loss - are final)")
@@ -85,7 +87,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     return _interruptible(Path(args.study_dir), lambda: api.resume_study(args.study_dir, address=args.address,
                                                                          output=args.output,
-                                                                         retry_failed=args.retry_failed))
+                                                                         retry_failed=args.retry_failed,
+                                                                         time_budget_s=args.time_budget_s))
 
 
 def _interruptible(study_dir: Path, run: Callable[[], Path]) -> int:

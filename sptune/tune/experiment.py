@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import threading
 import traceback
 from contextlib import contextmanager
 from functools import partial
@@ -34,9 +35,9 @@ from typing import Any, Callable, Iterator
 
 from ray.tune.search import Searcher
 
-from sptune import files
+from sptune import files, output
 from sptune.config import STAGES
-from sptune.tune import outcomes, pipeline, search
+from sptune.tune import outcomes, pipeline, search, stopping_phases
 from sptune.tune.trainable import LINEAGE_KEY, stage_trainable, trial_resources
 
 log = logging.getLogger("sptune.tune")
@@ -240,23 +241,34 @@ def run(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callable[...
     fn = ray_tune.with_resources(ray_tune.with_parameters(cell_trainable, stage_fn=stage_fn),
                                  partial(trial_placement, resources))
     storage = experiment_dir / "tune"
+    stop_key = stopping_phases.key(experiment_dir, TUNE_NAME)  # --time-budget ends the run at a step boundary
     if ray_tune.Tuner.can_restore(str(storage / TUNE_NAME)):
         log.info("restoring the experiment's Tune run from %s", storage / TUNE_NAME)
         tuner = ray_tune.Tuner.restore(str(storage / TUNE_NAME), fn, resume_unfinished=True, resume_errored=True)
     else:
         tuner = ray_tune.Tuner(fn, tune_config=ray_tune.TuneConfig(
             search_alg=CellsSearcher(cell_dirs), num_samples=total_trials(states), reuse_actors=True,
-            time_budget_s=time_budget_s, trial_dirname_creator=_trial_name, trial_name_creator=_trial_name),
+            trial_dirname_creator=_trial_name, trial_name_creator=_trial_name),
             run_config=ray_tune.RunConfig(
                 name=TUNE_NAME, storage_path=str(storage), verbose=verbose,
                 failure_config=ray_tune.FailureConfig(max_failures=max_failures(states)),
                 checkpoint_config=ray_tune.CheckpointConfig(num_to_keep=1),
-                callbacks=[JsonLoggerCallback(), CSVLoggerCallback(), make_outcomes_callback()]))
+                callbacks=[stopping_phases.StopAtStepBoundary(stop_key), JsonLoggerCallback(), CSVLoggerCallback(),
+                           make_outcomes_callback()]))
     # Tune keeps one trial pending at a time behind a custom searcher (tune_controller.get_max_pending_trials):
     # a slot freed while another trial's actor starts would wait for it. The cells' own limits bound the
     # pending trials instead (queued trials are also what makes an autoscaler add nodes).
-    with pending_trials(min(MAX_PENDING, concurrency_bound(states))):
-        tuner.fit()
+    stopping = threading.Event()
+    stopping_phases.register(stop_key, stopping)
+    with pending_trials(min(MAX_PENDING, concurrency_bound(states))), \
+            pipeline.time_budget(time_budget_s, stopping) as budget:
+        try:
+            tuner.fit()
+        except Exception:
+            if not budget.is_set():
+                raise
+    if budget.is_set():  # the Tune loop ended at a step boundary; rerunning the command continues it
+        output.say(f"time budget of {time_budget_s:g} s reached: stopped cleanly; rerun the same command to continue")
 
 
 @contextmanager

@@ -28,6 +28,7 @@ class Options:
     smoke: bool = False  # `sptune study --smoke`: tiny model, 8 steps, 2 trials per stage
     logger: str = "tensorboard"  # experiment tracker (sptune.tune.loggers)
     sequential_phases: bool = False  # True: the scratch search waits for finetuning instead of running beside it
+    time_budget_s: float | None = None  # wall seconds for one driver run (a study, a resume, an experiment)
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -51,6 +52,9 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                              "CPU worker)")
     parser.add_argument("--sequential-phases", action="store_true",
                         help="run the scratch search after finetuning, not beside the pretrain -> finetune chain")
+    parser.add_argument("--time-budget", dest="time_budget_s", type=float, metavar="SECONDS",
+                        help="stop cleanly after this many wall seconds of this driver run (trials keep their "
+                             "checkpoints; `sptune resume` or rerunning continues)")
     parser.add_argument("--address", help="Ray cluster to join (default: start a local Ray instance)")
     parser.add_argument("--logger", choices=LOGGERS, default=defaults.logger,
                         help="experiment tracker: every trial a run with its config, lineage and evals "

@@ -42,9 +42,10 @@ import copy
 import logging
 import threading
 import time
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from sptune import atomic, files, output
 from sptune.config import STAGES
@@ -199,8 +200,12 @@ def describe_path(options: dict[str, Any]) -> str:
 
 # ----------------------------------------------------------------------------- running
 def run(study_dir: str | Path, address: str | None = None, verbose: int = 1,
-        trainable: Callable[..., None] = stage_trainable, retry_failed: bool = False) -> list[dict[str, Any]]:
+        trainable: Callable[..., None] = stage_trainable, retry_failed: bool = False,
+        time_budget_s: float | None = None) -> list[dict[str, Any]]:
     """Run (or continue) every phase of a study; returns the results rows (also in results.csv).
+
+    `time_budget_s` bounds this driver run's wall time: the phases then stop at a Tune step boundary,
+    unfinished, and a resume continues them (a budget belongs to a run, not to the study).
 
     `retry_failed` also reruns, from their last checkpoint, the crashed trials of finished phases
     (a finished phase keeps its selection: finetuning still starts from the trial chosen before).
@@ -212,20 +217,51 @@ def run(study_dir: str | Path, address: str | None = None, verbose: int = 1,
     state = load_state(study_dir)
     log.info("%s", describe_path(state["options"]))
     run_chain = partial(_run_chain, study_dir, state, trainable, verbose, retry_failed)
-    with ray_session(study_dir, address):
+    stopping = threading.Event()
+    with ray_session(study_dir, address), time_budget(time_budget_s, stopping) as budget:
         resources.check_cluster(state["options"]["gpus_per_worker"])
         together, why = (False, "") if sequential(state["options"]) else resources.room_for_two_phases(state["options"])
-        if not together:
-            if why:
-                log.info("%s", why)
-                output.say(why)
-            run_chain(STAGES, threading.Event())
-        else:
-            loggers.create_experiment(state["options"].get("logger", "tensorboard"), study_dir)
-            run_concurrently(run_chain, [("pretrain", "finetune"), ("scratch",)])
+        try:
+            if not together:
+                if why:
+                    log.info("%s", why)
+                    output.say(why)
+                run_chain(STAGES, stopping)
+            else:
+                loggers.create_experiment(state["options"].get("logger", "tensorboard"), study_dir)
+                run_concurrently(run_chain, [("pretrain", "finetune"), ("scratch",)], stopping)
+        except Exception:
+            if not budget.is_set():
+                raise
+        if budget.is_set():
+            done = [p for p in STAGES if state["phases"].get(p) == "done"]
+            output.say(f"time budget of {time_budget_s:g} s reached: stopped cleanly with "
+                       f"{', '.join(done) or 'no stage'} finished; continue with `sptune resume {study_dir}`")
     rows = results.collect(study_dir)
     results.write_csv(rows, study_dir / files.RESULTS_CSV)
     return rows
+
+
+@contextmanager
+def time_budget(seconds: float | None, stopping: threading.Event) -> Iterator[threading.Event]:
+    """Set `stopping` after `seconds` of wall time (each driver run gets the budget anew); yields an event
+    that says whether the budget, rather than Ctrl-C or an error, stopped the study. The phases' Tune
+    loops then end at a step boundary (stopping_phases), unfinished, so a resume continues them."""
+    reached = threading.Event()
+
+    def expire() -> None:
+        reached.set()
+        stopping.set()
+
+    timer = threading.Timer(seconds, expire) if seconds else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
+    try:
+        yield reached
+    finally:
+        if timer is not None:
+            timer.cancel()
 
 
 def _run_chain(study_dir: Path, state: dict[str, Any], trainable: Callable[..., None], verbose: int,
@@ -248,14 +284,14 @@ def _run_chain(study_dir: Path, state: dict[str, Any], trainable: Callable[..., 
 
 
 def run_concurrently(run_chain: Callable[[Iterable[str], threading.Event], None],
-                     chains: list[tuple[str, ...]]) -> None:
+                     chains: list[tuple[str, ...]], stopping: threading.Event | None = None) -> None:
     """The first chain in this (the main) thread, each other in a thread of its own; all finish, or all stop.
 
     Ctrl-C reaches only the main thread. There, or on any error, `stopping` is set: each other chain's Tune
     loop then raises PhaseInterrupted at the start of its next step (stopping_phases.StopAtStepBoundary),
     between two writes of Tune's state, and its phase stays unfinished for a resume. An error in another
     chain is raised here once the main chain is done."""
-    stopping = threading.Event()
+    stopping = stopping or threading.Event()
     errors: list[BaseException] = []
 
     def guarded(phases: tuple[str, ...]) -> None:

@@ -1,0 +1,40 @@
+"""--time-budget: a study that reaches it stops cleanly at a Tune step boundary, its unfinished stage stays
+unfinished, what finished is kept, and a resume finishes the study with every eval exactly once."""
+
+import pytest
+import yaml
+from ray_fixtures import CONFIG, TINY, ray_instance  # noqa: F401 (fixture)
+
+from sptune import files
+from sptune.tune import pipeline, results
+
+pytestmark = pytest.mark.slow
+
+ONE = {"params": {"optim.lr": [1.0e-3], "optim.batch_size": [8]}}
+# Pretraining long enough (~1 min on one core) that a 15-second budget ends the run inside it.
+LONG_PRETRAINING = ["pretrain.optim.max_steps=3000", "pretrain.optim.eval_every=100"]
+
+
+def test_a_study_stopped_by_its_time_budget_resumes_to_the_end(tmp_path, ray_instance):
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump({"task": "listops-mini", "model": "transformer", "num_samples": 1,
+                                     "max_concurrent": 1, "stages": {s: ONE for s in pipeline.STAGES}}))
+    state = pipeline.create(str(CONFIG), TINY + LONG_PRETRAINING, tmp_path / "study", str(space),
+                            pipeline.Options(sequential_phases=True))
+    study_dir = tmp_path / "study"
+
+    rows = pipeline.run(study_dir, verbose=0, time_budget_s=15)
+    phases = files.read_json(study_dir / files.STUDY)["phases"]
+    assert "pretrain" not in phases  # stopped inside it: not marked done, so a resume continues it
+    assert [r["status"] for r in rows if r["stage"] == "pretrain"] != ["completed"]
+    progress = files.read_json(next((study_dir / "pretrain").glob("*/progress.json")))
+    assert 0 < progress["step"] < 3000
+
+    rows = pipeline.run(study_dir, verbose=0)  # the resume, without a budget
+    assert [r["stage"] for r in rows] == ["pretrain", "finetune", "scratch"]
+    assert all(r["status"] == "completed" for r in rows)
+    pretraining = next(r for r in rows if r["stage"] == "pretrain")
+    history = files.read_json(f"{pretraining['run_dir']}/{files.RESULT}")["history"]
+    assert [h["step"] for h in history] == list(range(100, 3001, 100))  # continued, every eval once
+    assert len(files.read_json(f"{pretraining['run_dir']}/{files.TRIAL}")["attempts"]) == 2
+    assert state["dir"] == str(study_dir.resolve()) and results.best_row(rows, "finetune")[0] is not None
