@@ -13,7 +13,7 @@ the SPT gain per architecture (paired by seed), the architecture gap SSM - Trans
 under SPT (the paper: the gap shrinks with SPT), and majority / 1-NN / logistic baselines on the same
 train / val / test splits.
 Nuisance, searched per stage with Ray Tune + Optuna: the lr grid of search_spaces/ucr-osuleaf/
-{transformer,s4}.yaml (finetune and scratch: the SAME 4 values, the SAME step budget; selection on
+{transformer,s4d-legs}.yaml (finetune and scratch: the SAME 4 values, the SAME step budget; selection on
 validation only, test read once at each selected run's best-validation checkpoint).
 Fixed: configs/ucr_osuleaf_{transformer,s4}.yaml (same backbone: 2 blocks, d_model 64, feed-forward 128,
 mean pooling; the sequence layer is the architecture), batch 32, 200 steps per stage, 25% masking with L1
@@ -36,8 +36,8 @@ from sptune.experiments.plan import Cell, Plan  # noqa: E402
 EXPERIMENT = "architectures"
 ROOT = Path(__file__).resolve().parent.parent
 TASK = "ucr-osuleaf"
-# (config / search-space name, display name): the Transformer first, as Table 1's rows
-ARCHITECTURES = (("transformer", "Transformer"), ("s4", "S4D"))
+# (config name, search-space name = the config's model.name, display name): the Transformer first, as Table 1
+ARCHITECTURES = (("transformer", "transformer", "Transformer"), ("s4", "s4d-legs", "S4D"))
 
 
 def config_overrides(path: Path) -> list[str]:
@@ -56,7 +56,7 @@ def search_space(name: str) -> dict:
 def build(args) -> Plan:
     seeds = args.seeds or [0]
     cells = []
-    for name, display in ARCHITECTURES:
+    for name, space_name, display in ARCHITECTURES:
         overrides = config_overrides(ROOT / "configs" / f"ucr_osuleaf_{name}.yaml")
         if args.smoke_test:  # the plumbing only: 10 steps a stage, the grid's first point (plain backend)
             overrides += ["optim.max_steps=10", "optim.eval_every=5"]
@@ -64,7 +64,7 @@ def build(args) -> Plan:
             cells.append(Cell(key=f"{TASK}-{name}-s{seed}",
                               labels={"task": TASK, "model": display, "seed": seed, "column": "OSULeaf"},
                               overrides=tuple(overrides + [f"run.seed={seed}"]), stages=STAGES,
-                              space=search_space(name)))
+                              space=search_space(space_name)))
     return Plan(
         experiment=EXPERIMENT, title="Architecture result at CPU scale: Transformer vs S4D, scratch vs SPT (Table 1)",
         axis="architecture (Transformer, S4D) x initialisation (scratch, masked SPT); seeds",

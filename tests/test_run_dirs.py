@@ -73,7 +73,7 @@ def test_readme_example_names_the_directory_pretrain_makes():
     cfg, fp = train.identify(config.load(REPO / "configs" / "listops_mini_transformer.yaml", stage="pretrain"),
                              "pretrain")
     made = str(train.run_dir_of(cfg, "pretrain", fp))
-    for path in ("README.md", "configs/listops_mini_transformer.yaml", "sptune/cli.py"):
+    for path in ("docs/single-runs.md", "configs/listops_mini_transformer.yaml", "sptune/cli.py"):
         named = re.findall(r"--from (runs/\S+)", (REPO / path).read_text())
         assert named and all(name == made for name in named), (path, named, made)
 

@@ -19,7 +19,7 @@ from sptune.cli import main
 from sptune.errors import UserError
 from sptune.registry import MODELS, TASKS
 
-EMBEDDED_DEMOS = {"listops-mini", "shapes-tiny", "pathfinder-tiny"}  # CPU-sized 2-point grids, hand-written
+EMBEDDED_DEMOS = {"listops-mini", "shapes-tiny", "pathfinder-tiny", "ucr-osuleaf"}  # CPU-sized grids, hand-written
 PAPER_FILES = ["listops/transformer", "listops/s4", "text/transformer", "text/s4", "image/transformer", "image/s4",
                "pathfinder/transformer", "pathx/s4"]
 
