@@ -73,7 +73,7 @@ def failing_trainable(params, spec):
 
     original = train.run_stage
 
-    def failing_run_stage(cfg, stage, init_from=None, on_eval=None, run_dir=None):
+    def failing_run_stage(cfg, stage, init_from=None, on_eval=None, run_dir=None, **kwargs):
         def on_eval_then_fail(record, run_dir):
             on_eval(record, run_dir)
             attempts = len(files.read_json(run_dir / "trial.json")["attempts"])
@@ -81,7 +81,7 @@ def failing_trainable(params, spec):
                 raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
             if record["step"] >= 20 and attempts == 1:
                 raise RuntimeError("injected crash")
-        return original(cfg, stage, init_from, on_eval_then_fail, run_dir)
+        return original(cfg, stage, init_from, on_eval_then_fail, run_dir, **kwargs)
 
     train.run_stage = failing_run_stage
     try:

@@ -252,12 +252,12 @@ def flaky_trainable(params, spec):
 
     original = train.run_stage
 
-    def crashing_run_stage(cfg, stage, init_from=None, on_eval=None, run_dir=None):
+    def crashing_run_stage(cfg, stage, init_from=None, on_eval=None, run_dir=None, **kwargs):
         def on_eval_then_crash(record, run_dir):
             on_eval(record, run_dir)
             if record["step"] >= 20 and len(files.read_json(run_dir / "trial.json")["attempts"]) == 1:
                 raise RuntimeError("injected crash")
-        return original(cfg, stage, init_from, on_eval_then_crash, run_dir)
+        return original(cfg, stage, init_from, on_eval_then_crash, run_dir, **kwargs)
 
     train.run_stage = crashing_run_stage
     try:
