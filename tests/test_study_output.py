@@ -172,8 +172,8 @@ def test_python_api_study_with_mlflow(tmp_path, ray_instance, capsys, monkeypatc
     history = sptune.load_history(frame.run_dir[0])
     assert list(history.step) == [4, 8] and {"val_metric", "train_loss"} <= set(history.columns)
 
-    # The README's notebook example rebuilds the study's table.
-    code = (REPO / "README.md").read_text().split("```python\n", 1)[1].split("```", 1)[0]
+    # The notebook example of docs/studies.md rebuilds the study's table.
+    code = (REPO / "docs" / "studies.md").read_text().split("```python\n", 1)[1].split("```", 1)[0]
     scope: dict = {}
     exec(code.replace("runs/study-listops_mini_transformer", str(study_dir)), scope)  # noqa: S102
     table, best = scope["table"], {stage: results.best_row(rows, stage)[0] for stage in STAGES}
