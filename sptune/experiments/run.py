@@ -32,7 +32,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable
 
-from sptune import files, output
+from sptune import atomic, files, output
 from sptune.config import STAGES, load as load_config
 from sptune.errors import UserError
 from sptune.experiments.plan import BACKENDS, Cell, Plan, plain_point, repo_space, save_plan, study_space
@@ -215,7 +215,7 @@ def _run_guarded(cell: Cell, experiment_dir: Path, run: Callable[[Cell, Path], A
 
 def record_error(cell: Cell, cell_dir: Path, exc: BaseException) -> None:
     cell_dir.mkdir(parents=True, exist_ok=True)
-    (cell_dir / files.CELL_ERROR).write_text(f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}")
+    atomic.write_text(cell_dir / files.CELL_ERROR, f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}")
     log.error("cell %s failed: %s", cell.key, exc)
 
 

@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterator
 
 from ray.tune.search import Searcher
 
-from sptune import files, output
+from sptune import atomic, files, output
 from sptune.config import STAGES
 from sptune.tune import outcomes, pipeline, search, stopping_phases
 from sptune.tune.trainable import LINEAGE_KEY, stage_trainable, trial_resources
@@ -167,7 +167,7 @@ class CellsSearcher(Searcher):
     def _fail(self, cell: str) -> None:
         self.failed_cells.add(cell)
         log.error("cell %s failed: %s", cell, traceback.format_exc())
-        (Path(self.cell_dirs[cell]) / files.CELL_ERROR).write_text(traceback.format_exc())
+        atomic.write_text(Path(self.cell_dirs[cell]) / files.CELL_ERROR, traceback.format_exc())
 
     # -- saved with Tune's experiment snapshots
     def save(self, checkpoint_path: str) -> None:
