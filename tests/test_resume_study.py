@@ -70,6 +70,15 @@ def wait_for_midway(study_dir, proc, timeout=300):
                          "ones (pretraining and scratch)")
 
 
+def continued_as(run, trial_id):
+    """A trial's run directory after a resume: the same, or renamed under the id Tune gave its point
+    again when its last snapshot missed the trial (trial.json keeps the earlier ids)."""
+    records = {r: files.read_json(r / "trial.json") for r in stage_runs(run.parent.parent, run.parent.name)}
+    matches = [r for r, rec in records.items() if trial_id in [rec["trial_id"], *rec.get("previous_trial_ids", [])]]
+    assert len(matches) == 1, (run, matches)
+    return matches[0]
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
 def test_resume_after_the_driver_dies(tmp_path, sig):
     config, space, study_dir = tmp_path / "config.yaml", tmp_path / "space.yaml", tmp_path / "study"
@@ -86,6 +95,7 @@ def test_resume_after_the_driver_dies(tmp_path, sig):
             assert driver.returncode == 130 and f"sptune resume {study_dir}" in output
         kept = {name: (finished / name).read_bytes() for name in ("result.json", "trial.json", "best.pt")}
         seen_steps = [files.read_json(run / "progress.json")["step"] for run in unfinished]
+        trial_ids = [files.read_json(run / "trial.json")["trial_id"] for run in unfinished]
 
         resumed = sptune("resume", study_dir, "--quiet")
         procs.append(resumed)
@@ -95,8 +105,10 @@ def test_resume_after_the_driver_dies(tmp_path, sig):
 
         # The finished trial was not run again: its files are byte for byte what they were.
         assert {name: (finished / name).read_bytes() for name in kept} == kept
-        # The unfinished ones (pretraining and scratch) continued from their latest checkpoints, not from step 0.
-        for run, seen_step in zip(unfinished, seen_steps):
+        # The unfinished ones (pretraining and scratch) continued from their latest checkpoints, not from step 0,
+        # in their own directories (renamed when Tune's last snapshot missed their trial: adopt_orphan).
+        for run, seen_step, trial_id in zip(unfinished, seen_steps, trial_ids):
+            run = continued_as(run, trial_id)
             trial = files.read_json(run / "trial.json")
             starts = [a["start_step"] for a in trial["attempts"]]
             assert len(starts) == 2 and starts[0] == 0 and starts[1] >= seen_step > 0, run

@@ -233,8 +233,7 @@ def test_study_trial_with_a_damaged_checkpoint_fails_with_the_reason(runs, tmp_p
             return "node"
 
     monkeypatch.setattr(ray_tune, "get_context", Context)
-    monkeypatch.setattr(ray_tune, "get_checkpoint", lambda: None)
-    monkeypatch.setattr(ray_tune, "report", lambda metrics, checkpoint=None: reports.append(metrics))
+    monkeypatch.setattr(ray_tune, "report", lambda metrics: reports.append(metrics))
     monkeypatch.setattr(ray, "get_runtime_context", Context)
     params = {"optim.lr": 1e-3}
     spec = trainable.TrialSpec(stage="scratch", base=config.load(None, TINY).to_dict(), study_dir=str(tmp_path),

@@ -1,7 +1,7 @@
 """One trial = one stage run (`sptune.train.run_stage`) inside Ray Tune, by one of two paths:
 
     direct  one worker, at most one GPU: the stage function runs in the Tune trial process itself; each eval is
-            reported with `ray.tune.report` and a checkpoint, restored with `ray.tune.get_checkpoint`.
+            reported with `ray.tune.report`, without a Tune checkpoint: the run directory is the checkpoint.
             Ray Train would add a controller and a worker actor (~12 s a trial here) and nothing else.
     train   N workers or several GPUs: the trial launches a `TorchTrainer` (DDP: gloo on CPU, nccl on
             GPU) under a deterministic run name, so a retried trial resumes that Train run from its
@@ -11,12 +11,17 @@
 Files of a trial live in its run directory `<study>/<stage>/<stage>-<trial id>-<params>`: the
 trainer's own (config.yaml, last.pt, best.pt, result.json, tb/) plus trial.json (what ran where,
 every attempt with the step it started from) and progress.json (the latest eval, wall time).
-The run directory is the truth the results table is built from; Tune's checkpoints are copies of
-last.pt/best.pt that let a retried trial continue on a node without that directory.
+The run directory is the truth the results table is built from, and what a retried or resumed trial
+continues from (its last.pt). It lives in the study directory, beside Tune's own storage (tune/), so on a
+cluster it is on the shared filesystem every node mounts. A Tune checkpoint would only copy last.pt into
+that same storage, and Tune's experiment snapshot, which lags the trials by seconds, can name a checkpoint
+that `num_to_keep` has already deleted: the restored trial then fails "Could not recover from checkpoint"
+on every retry. The train path keeps Ray Train's checkpoints (its workers restore from them).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -105,6 +110,32 @@ def run_name(stage: str, trial_id: str, params: dict[str, Any]) -> str:
     return f"{stage}-{trial_id}" + (f"-{short}" if short else "")
 
 
+def adopt_orphan(run_dir: Path, trial_id: str, params: dict[str, Any]) -> None:
+    """Give a new trial the unfinished run directory of an earlier trial of the same point, if one exists.
+
+    Tune snapshots its trials and searcher every few seconds, so a trial that started after the last
+    snapshot before the driver died is unknown to the restored Tune: the searcher queues its point again
+    (UniqueOptunaSearch.reopen_journal) and Tune runs it under a new trial id. The searcher hands out no
+    point twice otherwise, so an unfinished directory of this stage with the same params belongs to that
+    lost trial: renamed to the new trial's name, the run continues from its last checkpoint (or, finished,
+    is not run again), and no orphan row is left behind. The record is updated before the rename, so a
+    driver dying in between leaves a directory the next resume adopts again."""
+    if run_dir.exists() or not run_dir.parent.is_dir():
+        return
+    wanted = json.loads(json.dumps(params))  # as trial.json stores them
+    for other in sorted(run_dir.parent.iterdir()):
+        record = files.read_json(other / files.TRIAL) if (other / files.TRIAL).is_file() else {}
+        if record.get("params") != wanted or other == run_dir:
+            continue
+        if record["trial_id"] != trial_id:
+            record["previous_trial_ids"] = [*record.get("previous_trial_ids", []), record["trial_id"]]
+            record["trial_id"] = trial_id
+            atomic.write_json(other / files.TRIAL, record)
+        os.rename(other, run_dir)  # atomic
+        log.info("trial %s continues in %s (its first trial was lost with the driver)", trial_id, other.name)
+        return
+
+
 def stage_trainable(params: dict[str, Any], spec: TrialSpec) -> None:
     """The Tune function trainable (wrapped with tune.with_parameters(..., spec=spec))."""
     from ray import tune as ray_tune
@@ -112,6 +143,7 @@ def stage_trainable(params: dict[str, Any], spec: TrialSpec) -> None:
     params = searched(params)
     trial_id = ray_tune.get_context().get_trial_id()
     run_dir = Path(spec.study_dir) / spec.stage / run_name(spec.stage, trial_id, params)
+    adopt_orphan(run_dir, trial_id, params)
     done = files.finished_result(run_dir)
     if done is not None:
         # Finished before the study driver died but after Tune's last snapshot: never run it again.
@@ -119,8 +151,6 @@ def stage_trainable(params: dict[str, Any], spec: TrialSpec) -> None:
         return
     cfg = trial_config(spec, params)
     init_from = Path(spec.init["run_dir"]) if spec.init else None
-    if spec.path == "direct":
-        restore_files(ray_tune.get_checkpoint(), run_dir)  # before attempt(): it records the step resumed from
     with attempt(run_dir, spec, trial_id, params) as clock:
         write_hparams(run_dir, spec, params, {"status": "running"})  # listed in TensorBoard however it ends
         if spec.path == "direct":
@@ -184,8 +214,7 @@ def report_to_tune(clock: "Clock"):
     def on_eval(record: dict[str, Any], run_dir: Path) -> None:
         metrics = eval_metrics(record, clock.total())
         atomic.write_json(run_dir / files.PROGRESS, metrics)
-        with checkpoint_dir(run_dir) as path:
-            ray_tune.report(metrics, checkpoint=ray_tune.Checkpoint.from_directory(path))
+        ray_tune.report(metrics)  # no checkpoint: the run directory is one (module docstring)
 
     return on_eval
 
