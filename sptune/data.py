@@ -23,16 +23,27 @@ FRACTION_SEED = 20231004
 T = TypeVar("T")  # a prefetched batch: anything with .pin_memory() (sptune.train.Problem)
 
 
+def fraction_size(n: int, fraction: float) -> int:
+    """Examples in `fraction` of a training split of n examples."""
+    return n if fraction >= 1.0 else max(1, int(round(n * fraction)))
+
+
 def train_fraction(split: Split, fraction: float) -> Split:
     if fraction >= 1.0:
         return split
-    n = max(1, int(round(len(split) * fraction)))
     order = torch.randperm(len(split), generator=torch.Generator().manual_seed(FRACTION_SEED))
-    return split.subset(order[:n])
+    return split.subset(order[:fraction_size(len(split), fraction)])
 
 
 def steps_per_epoch(n: int, batch_size: int) -> int:
     return math.ceil(n / batch_size)
+
+
+def stage_steps(max_steps: int, epochs: int, batch_size: int, n_train: int) -> int:
+    """The optimizer steps a stage trains for: optim.epochs passes over its n_train examples when epochs
+    are set (the paper's LRA budgets, Appendix C.1), else optim.max_steps. The one place this is decided:
+    the trainer, the study's ASHA rungs and `sptune plan` all call it."""
+    return epochs * steps_per_epoch(n_train, batch_size) if epochs > 0 else max_steps
 
 
 def train_batch_index(n: int, batch_size: int, seed: int, step: int) -> torch.Tensor:

@@ -31,7 +31,7 @@ from sptune import atomic, checkpoints, files, fingerprint, flops, selection
 from sptune.build import build_pretrain_model, build_task_model, count_parameters
 from sptune.config import STAGES, Config, ModelConfig, check_causal_norm, dump
 from sptune.config import load as load_config
-from sptune.data import (Prefetcher, batch, eval_batches, example_draw, step_draw, steps_per_epoch, train_batch_index,
+from sptune.data import (Prefetcher, batch, eval_batches, example_draw, step_draw, stage_steps, train_batch_index,
                          train_batch_size, train_fraction)
 from sptune.errors import UserError
 from sptune.models.backbone import SequenceModel, drop_mask_channel
@@ -210,9 +210,7 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
     trained, ddp, run_model = wrap_model(model, device, world > 1, cfg.run.compile)
 
     # 4. Optimizer and schedule: AdamW with parameter groups; warmup then cosine or constant, per step.
-    max_steps = cfg.optim.max_steps
-    if cfg.optim.epochs > 0:
-        max_steps = cfg.optim.epochs * steps_per_epoch(len(train_split), cfg.optim.batch_size)
+    max_steps = stage_steps(cfg.optim.max_steps, cfg.optim.epochs, cfg.optim.batch_size, len(train_split))
     optimizer = make_optimizer(model, cfg)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, make_schedule(cfg, max_steps))
 

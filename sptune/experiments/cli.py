@@ -24,6 +24,7 @@ from sptune import files, output
 from sptune.errors import UserError
 from sptune.experiments.plan import BACKENDS, Plan
 from sptune.experiments.run import CellProgress, cell_done, run_experiment
+from sptune.tune import cli as tune_cli
 from sptune.tune import options as search_options
 
 
@@ -38,6 +39,10 @@ def parse_args(description: str, argv: list[str] | None = None,
                         help="tune: each cell a study, Ray Tune + Optuna search per stage (default); plain: the "
                              "paper's values, no search (default with --smoke-test)")
     parser.add_argument("--seeds", type=int, nargs="+", help="training seeds (an axis of every experiment)")
+    parser.add_argument("--plan", action="store_true",
+                        help="print the budget instead of running: trials per cell and phase, FLOPs, device-hours "
+                             "here and on --gpu (nothing trains, no directory is made)")
+    tune_cli.budget_flags(parser)
     group = parser.add_argument_group("tune backend (the options of `sptune study`)")
     search_options.add_options(group)
     if extra is not None:
@@ -57,6 +62,9 @@ def main(experiment: str, build_plan: Callable[[argparse.Namespace], Plan], desc
         args = parse_args(description, argv, extra)
         plan = build_plan(args)
         plan.backend, plan.smoke = args.backend, args.smoke_test
+        if args.plan:
+            print_budget(plan, search_options.from_args(args), args)
+            return 0
         default = Path("runs") / "experiments" / (experiment + ("-smoke" if args.smoke_test else ""))
         experiment_dir = Path(args.dir or default)
         log_path = experiment_dir.resolve() / files.STUDY_LOG
@@ -94,6 +102,18 @@ def main(experiment: str, build_plan: Callable[[argparse.Namespace], Plan], desc
 
 
 # ----------------------------------------------------------------------------- sptune report
+def print_budget(plan: Plan, options: search_options.Options, args: argparse.Namespace) -> None:
+    """The experiment's budget (sptune.tune.budget), cell by cell, before anything trains."""
+    from sptune.experiments.run import cell_budget
+    from sptune.tune import budget
+
+    phases = [phase for cell in plan.cells for phase in cell_budget(cell, plan.backend, options)]
+    title = f"plan of {plan.experiment}: {len(plan.cells)} cells, backend {plan.backend}; nothing trains"
+    for line in budget.format_budget(title, phases, budget.node_flops_per_s(args.seconds), args.gpu,
+                                     args.utilization):
+        print(line)
+
+
 def register(subparsers) -> None:
     report = subparsers.add_parser(
         "report", help="rebuild the table.md, results.csv and PNG plots of an experiment or a study (no training)",

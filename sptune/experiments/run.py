@@ -56,9 +56,7 @@ def run_cell_plain(cell: Cell, cell_dir: Path) -> None:
             if files.finished_result(cell_dir / "pretrain")["status"] == "failed":
                 continue  # nothing to finetune; the report shows the SPT arm as failed, with the reason
             init_from = cell_dir / "pretrain"
-        space = cell.space if cell.space is not None else repo_space(cell)
-        cfg = load_config(None, list(cell.overrides) + plain_point(space, stage) + ["run.progress=false"],
-                          stage=stage)
+        cfg = plain_config(cell, cell.space if cell.space is not None else repo_space(cell), stage)
         train.run_stage(cfg, stage, init_from=init_from, run_dir=run_dir)
 
 
@@ -82,6 +80,26 @@ def plain_done(cell: Cell, cell_dir: Path) -> bool:
 
 
 # ----------------------------------------------------------------------------- tune backend
+def cell_budget(cell: Cell, backend: str, options: Options) -> list[Any]:
+    """The cell's phases as sptune.tune.budget counts them: its study's search (tune), or one run per
+    stage at the plain backend's values (plain). Nothing is written."""
+    from sptune.tune import budget, pipeline
+
+    stages = tuple(s for s in STAGES if s in cell.stages)
+    if backend == "plain":
+        space = cell.space if cell.space is not None else repo_space(cell)
+        return [budget.phase_budget(plain_config(cell, space, stage).to_dict(), stage, 1, [{}], cell.key)
+                for stage in stages]
+    state = pipeline.resolve(None, list(cell.overrides), options=options, space=study_space(cell, Path(cell.key)),
+                             check_rungs=False)
+    return budget.study_budget(state, cell.key, stages)
+
+
+def plain_config(cell: Cell, space: dict[str, Any] | None, stage: str):
+    """A stage's config under the plain backend: the cell's overrides and the space's first point."""
+    return load_config(None, list(cell.overrides) + plain_point(space, stage) + ["run.progress=false"], stage=stage)
+
+
 def create_cell_study(cell: Cell, cell_dir: Path, options: Options) -> None:
     """The cell's study.json (pipeline.create), once: its phases then run in the experiment's Tune run."""
     from sptune.tune import pipeline

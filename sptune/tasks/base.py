@@ -87,6 +87,17 @@ class Task:
     def load(self, root: str | os.PathLike | None = None, seed: int = 0) -> dict[str, Split]:
         return self.loader(self, self.data_dir(root), seed)
 
+    def declared_sizes(self) -> dict[str, int] | None:
+        """Split sizes a generated task fixes in its settings (extras num_train / num_val / num_test)."""
+        keys = {"train": "num_train", "val": "num_val", "test": "num_test"}
+        return {s: int(self.extras[k]) for s, k in keys.items()} if all(k in self.extras for k in keys.values()) \
+            else None
+
+    def split_sizes(self, root: str | os.PathLike | None = None, seed: int = 0) -> dict[str, int]:
+        """{"train", "val", "test"} example counts: declared, else read from the data (a UserError names
+        missing data and how to get it)."""
+        return self.declared_sizes() or {split: len(data) for split, data in self.load(root, seed).items()}
+
 
 def data_root() -> Path:
     """Where real datasets live: $SPTUNE_DATA, default ~/sptune_data."""

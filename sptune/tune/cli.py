@@ -1,4 +1,4 @@
-"""`sptune study | resume | results`: the Ray Tune study of scratch vs SPT from the command line.
+"""`sptune study | resume | results | plan`: the Ray Tune study of scratch vs SPT from the command line.
 
     sptune study configs/listops_mini_transformer.yaml                  # search space from task/model
     sptune study configs/listops_mini_transformer.yaml --smoke --dir /tmp/smoke
@@ -7,6 +7,7 @@
     sptune resume runs/study-listops_mini_transformer                   # after Ctrl-C / a killed driver
     sptune resume runs/study-listops_mini_transformer --retry-failed    # also rerun crashed trials
     sptune results runs/study-listops_mini_transformer                  # table + results.csv
+    sptune plan configs/listops_transformer.yaml                        # trials, FLOPs, device-hours; no training
     sptune study configs/shapes_tiny_transformer.yaml --seeds 0 1 2 3 4       # one study per seed + paired CI
 
 Exit codes: 0 when every stage has a completed trial, 1 otherwise, 2 for usage errors, 130 on Ctrl-C.
@@ -32,11 +33,8 @@ def register(subparsers) -> None:
         description="Search each stage's grid (search_spaces/<task>/<model>.yaml) with Ray Tune + Optuna: "
                     "pretraining, then finetuning from the best pretraining checkpoint, and training from "
                     "scratch; prints the comparison table.")
-    study.add_argument("config", help="YAML config file (see configs/)")
-    study.add_argument("overrides", nargs="*", help="section.field=value, e.g. optim.max_steps=500")
-    study.add_argument("--search-space", metavar="FILE", help="default: search_spaces/<task>/<model>.yaml")
+    _study_arguments(study)
     study.add_argument("--dir", metavar="DIR", help="study directory (default: runs/study-<config name>)")
-    study.add_argument("--smoke", action="store_true", help="tiny model, 8 steps, 2 trials per stage")
     study.add_argument("--seeds", nargs="+", metavar="S",
                        help="run the study once per seed (run.seed=S, one study directory per seed under --dir, "
                             "default runs/seeds-<config name>) and report the mean paired SPT - scratch gain with "
@@ -58,9 +56,28 @@ def register(subparsers) -> None:
     _output_flags(resume)
     resume.set_defaults(func=cmd_resume)
 
+    plan = subparsers.add_parser(
+        "plan", help="a study's budget before paying: trials per phase, FLOPs, device-hours here and on a GPU",
+        description="Resolve the study `sptune study` would run (config, search space, options) and print "
+                    "its trials per phase, training and evaluation FLOPs, and projected device-hours on "
+                    "this node (measured) and on a GPU (peak x utilization). Nothing trains; no directory "
+                    "is made.")
+    _study_arguments(plan)
+    options.add_options(plan)
+    budget_flags(plan)
+    plan.set_defaults(func=cmd_plan)
+
     res = subparsers.add_parser("results", help="a study's summary table; rewrites <study dir>/results.csv")
     res.add_argument("study_dir")
     res.set_defaults(func=cmd_results)
+
+
+def _study_arguments(parser: argparse.ArgumentParser) -> None:
+    """What a study is made of, the same for `sptune study` and `sptune plan`."""
+    parser.add_argument("config", help="YAML config file (see configs/)")
+    parser.add_argument("overrides", nargs="*", help="section.field=value, e.g. optim.max_steps=500")
+    parser.add_argument("--search-space", metavar="FILE", help="default: search_spaces/<task>/<model>.yaml")
+    parser.add_argument("--smoke", action="store_true", help="tiny model, 8 steps, 2 trials per stage")
 
 
 def _output_flags(parser: argparse.ArgumentParser) -> None:
@@ -80,6 +97,31 @@ def cmd_study(args: argparse.Namespace) -> int:
     return _interruptible(study_dir, lambda: api.run_study(
         args.config, args.overrides, study_dir, search_space=args.search_space, address=args.address,
         output=args.output, seeds=args.seeds, **vars(options.from_args(args))))
+
+
+def budget_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of `sptune plan` and of the experiment scripts' --plan."""
+    from sptune.tune import budget
+
+    parser.add_argument("--gpu", choices=sorted(budget.GPU_PEAK_TFLOPS), default=budget.DEFAULT_GPU,
+                        help="GPU to project device-hours on (its datasheet peak for the config's precision)")
+    parser.add_argument("--utilization", type=float, default=budget.DEFAULT_UTILIZATION, metavar="U",
+                        help="fraction of the GPU's peak a trial reaches (default %(default)s)")
+    parser.add_argument("--seconds", type=float, default=2.0, metavar="S",
+                        help="how long to measure this node's throughput (sptune doctor's run)")
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from sptune.tune import budget, pipeline
+
+    state = pipeline.resolve(args.config, args.overrides, args.search_space, options.from_args(args),
+                             check_rungs=False)
+    phases = budget.study_budget(state)
+    title = f"plan of `sptune study {args.config}` (search space {state['space']['path']}); nothing trains"
+    for line in budget.format_budget(title, phases, budget.node_flops_per_s(args.seconds), args.gpu,
+                                     args.utilization):
+        print(line)
+    return 0
 
 
 def cmd_resume(args: argparse.Namespace) -> int:

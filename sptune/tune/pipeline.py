@@ -72,11 +72,24 @@ def create(config_path: str | None, overrides: list[str], study_dir: str | Path,
 
     The search space is `space` when given (a paper-experiment cell builds its own), else the file
     `space_path`, else search_spaces/<task>/<model>.yaml."""
-    options = options or Options()
     study_dir = Path(study_dir).resolve()
     if (study_dir / files.STUDY).is_file():
         raise UserError(f"{study_dir} already holds a study; continue it with `sptune resume {study_dir}` "
                         f"or pass another --dir")
+    state = resolve(config_path, overrides, space_path, options, space)
+    state["dir"] = str(study_dir)
+    study_dir.mkdir(parents=True, exist_ok=True)
+    save_state(study_dir, state)
+    return state
+
+
+def resolve(config_path: str | None, overrides: list[str], space_path: str | None = None,
+            options: Options | None = None, space: search.SearchSpace | None = None,
+            check_rungs: bool = True) -> dict[str, Any]:
+    """A study's state as create() writes it, from nothing but files (no directory, no Ray): each stage's
+    resolved config, the search space and the resolved options. `check_rungs=False` skips fitting ASHA's
+    rungs to the evals, the one check that may read the task's data (`sptune plan` without the data)."""
+    options = options or Options()
     # The smoke settings first: an override on the command line still wins (`--smoke optim.max_steps=40`).
     overrides = (SMOKE_OVERRIDES if options.smoke else []) + list(overrides)
     stages = {stage: check_names(load_config(config_path, overrides, stage=stage)).to_dict() for stage in STAGES}
@@ -92,7 +105,7 @@ def create(config_path: str | None, overrides: list[str], study_dir: str | Path,
         raise UserError(f"{space.path} has no grid for stage(s) {', '.join(missing)}; a study searches all three")
     resolved = resolve_options(options, space)
     try:
-        for phase in STAGES:
+        for phase in STAGES if check_rungs else ():
             if search.phase_asha(resolved, search.trial_count(space.stages[phase], resolved["num_samples"])):
                 search.check_rungs(resolved["asha"], step_budgets(stages[phase], space.stages[phase].params),
                                    stages[phase]["optim"]["eval_every"], f"stage {phase}")
@@ -100,29 +113,25 @@ def create(config_path: str | None, overrides: list[str], study_dir: str | Path,
         if resolved["asha_min_trials"] == 0:
             raise  # asked for: say why it cannot run
         resolved["asha"] = None  # the default: off where its rungs do not fit the evals
-    state = {"version": 1, "dir": str(study_dir), "config": str(config_path), "overrides": overrides,
-             "stages": stages, "space": space.to_dict(), "options": resolved, "phases": {}, "selected": None,
-             "created": time.time()}
-    study_dir.mkdir(parents=True, exist_ok=True)
-    save_state(study_dir, state)
-    return state
+    return {"version": 1, "dir": None, "config": str(config_path), "overrides": overrides,
+            "stages": stages, "space": space.to_dict(), "options": resolved, "phases": {}, "selected": None,
+            "created": time.time()}
 
 
 def step_budgets(stage: dict[str, Any], params: dict[str, Any]) -> dict[int, int]:
-    """The optimizer steps each searched batch size trains for, resolved as run_stage resolves them
-    (optim.epochs x steps per epoch when epochs are set: the task's training split is read for its size)."""
-    optim = stage["optim"]
-    sizes = params.get("optim.batch_size")
-    sizes = sizes if isinstance(sizes, list) else [optim["batch_size"]]
-    if optim["epochs"] <= 0:
-        return {size: optim["max_steps"] for size in sizes}
-    from sptune.data import steps_per_epoch, train_fraction
+    """The optimizer steps each searched batch size trains for (data.stage_steps, as run_stage resolves
+    them; with optim.epochs the training split's size comes from Task.split_sizes)."""
+    from sptune.data import fraction_size, stage_steps
     from sptune.registry import get_task
 
-    task = stage["task"]
-    n = len(train_fraction(get_task(task["name"]).load(task["data_dir"] or None, seed=stage["run"]["seed"])["train"],
-                           task["train_fraction"]))
-    return {size: optim["epochs"] * steps_per_epoch(n, size) for size in sizes}
+    optim, task = stage["optim"], stage["task"]
+    sizes = params.get("optim.batch_size")
+    sizes = sizes if isinstance(sizes, list) else [optim["batch_size"]]
+    n = 0
+    if optim["epochs"] > 0:
+        n_train = get_task(task["name"]).split_sizes(task["data_dir"] or None, stage["run"]["seed"])["train"]
+        n = fraction_size(n_train, task["train_fraction"])
+    return {size: stage_steps(optim["max_steps"], optim["epochs"], size, n) for size in sizes}
 
 
 def resolve_options(options: Options, space: search.SearchSpace) -> dict[str, Any]:
