@@ -37,7 +37,7 @@ sys.path.insert(0, str(HERE))
 from reporting_trial import reporting_stage  # noqa: E402
 
 from sptune import files  # noqa: E402
-from sptune.tune import pipeline, results, search  # noqa: E402
+from sptune.tune import pipeline, results, spaces  # noqa: E402
 from sptune.tune.options import Options  # noqa: E402
 
 TINY = ["task.name=listops-mini", "model.name=transformer", "model.d_model=16", "model.n_layers=1",
@@ -50,7 +50,7 @@ RESUME = ("import sys; sys.path.insert(0, sys.argv[2]); from reporting_trial imp
 def create_study(study_dir: Path, trials: int, slots: int) -> None:
     """One pretraining and one finetuning trial, then `trials` scratch trials (a grid of that many lrs)."""
     lrs = [round(1e-4 * (1 + i / trials), 10) for i in range(trials)]
-    space = search.parse({"task": "listops-mini", "model": "transformer", "num_samples": trials,
+    space = spaces.parse({"task": "listops-mini", "model": "transformer", "num_samples": trials,
                           "max_concurrent": slots,
                           "stages": {"pretrain": {"params": {"optim.lr": [1e-3]}},
                                      "finetune": {"params": {"optim.lr": [1e-3]}},

@@ -12,7 +12,7 @@
    the searched params differ). Trials run one after another, in the order the method proposes them:
        grid        Optuna's BruteForceSampler(seed): every point, in a seeded order (the study's sampler
                    for a categorical grid)
-       grid+asha   the same order with ASHA (the study's rungs: search.DEFAULT_ASHA, Ray's cutoff rule:
+       grid+asha   the same order with ASHA (the study's rungs: spaces.DEFAULT_ASHA, Ray's cutoff rule:
                    a trial stops at a rung when it is below the (1 - 1/reduction_factor) quantile of the
                    values recorded there before it)
        tpe         Optuna's TPESampler(seed), never repeating a point (search.UniqueOptunaSearch's rule)
@@ -40,7 +40,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "configs" / "shapes_tiny_transformer.yaml"
 # A smaller model and budget than the demo so the 12-point grid trains in minutes on 2 cores; evals every
-# 1/8 of the budget so ASHA's rungs (1/8, 1/4, 1/2) each meet an eval (search.check_rungs).
+# 1/8 of the budget so ASHA's rungs (1/8, 1/4, 1/2) each meet an eval (spaces.check_rungs).
 OVERRIDES = ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.d_ff=64", "optim.max_steps=160",
              "optim.eval_every=20", "optim.warmup_steps=10", "task.max_val_examples=200",
              "task.max_test_examples=200", "run.num_threads=1", "run.progress=false"]
@@ -81,7 +81,7 @@ def train_point(params: dict[str, Any], out: str) -> dict[str, Any]:
 
 
 def train_grid(workers: int) -> dict[str, dict[str, Any]]:
-    from sptune.tune.search import StageSpace, grid_points
+    from sptune.tune.spaces import StageSpace, grid_points
 
     points = grid_points(StageSpace(params=GRID))
     with tempfile.TemporaryDirectory(prefix="search-efficiency-") as out:
@@ -100,7 +100,7 @@ def asha_stop(curve: list[list[float]], rungs: list[float], recorded: list[list[
     import numpy as np
 
     judged: set[int] = set()
-    for index, (budget, best, _) in enumerate(curve[:-1]):  # the last eval is no rung (search.FULL_BUDGET)
+    for index, (budget, best, _) in enumerate(curve[:-1]):  # the last eval is no rung (spaces.FULL_BUDGET)
         reached = [level for level, rung in enumerate(rungs) if budget >= rung and level not in judged]
         if not reached:
             continue
@@ -120,7 +120,7 @@ def replay(method: str, seed: int, grid: dict[str, dict[str, Any]]) -> list[tupl
     from optuna.distributions import CategoricalDistribution
     from optuna.trial import TrialState
 
-    from sptune.tune import search
+    from sptune.tune import search, spaces
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with warnings.catch_warnings():
@@ -129,8 +129,8 @@ def replay(method: str, seed: int, grid: dict[str, dict[str, Any]]) -> list[tupl
                    else optuna.samplers.TPESampler(seed=seed))
     study = optuna.create_study(direction="maximize", sampler=sampler)
     distributions = {k: CategoricalDistribution(v) for k, v in GRID.items()}
-    asha = search.DEFAULT_ASHA if method.endswith("+asha") else None
-    rungs = search.rungs(asha) if asha else []
+    asha = spaces.DEFAULT_ASHA if method.endswith("+asha") else None
+    rungs = spaces.rungs(asha) if asha else []
     recorded: list[list[float]] = [[] for _ in rungs]
     seen: set[str] = set()
     events: list[tuple[float, float | None]] = []
@@ -184,14 +184,14 @@ def share_to_reach(events: list[tuple[float, float | None]], target: float, grid
 
 def default_method() -> str:
     """What a study runs on this grid by default: the sampler and ASHA that resolve_options picks."""
-    from sptune.tune import pipeline, search
+    from sptune.tune import pipeline, search, spaces
 
-    space = search.parse({"stages": {"scratch": {"params": GRID}}}, "<benchmark grid>")
-    options = pipeline.resolve_options(pipeline.Options(num_samples=len(search.grid_points(space.stages["scratch"]))),
+    space = spaces.parse({"stages": {"scratch": {"params": GRID}}}, "<benchmark grid>")
+    options = pipeline.resolve_options(pipeline.Options(num_samples=len(spaces.grid_points(space.stages["scratch"]))),
                                        space)
     sampler = "grid" if options["sampler"] in ("auto", "brute") else "tpe"
-    trials = search.trial_count(space.stages["scratch"], options["num_samples"])
-    return sampler + ("+asha" if search.phase_asha(options, trials) else "")
+    trials = spaces.trial_count(space.stages["scratch"], options["num_samples"])
+    return sampler + ("+asha" if spaces.phase_asha(options, trials) else "")
 
 
 def main() -> int:

@@ -15,10 +15,13 @@ choice, everything Ray and the trials print goes to <study>/study.log.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from sptune import files
 from sptune.errors import UserError
+
+if TYPE_CHECKING:
+    from sptune.tune.options import Options
 
 OUTPUTS = ("progress", "verbose", "quiet")
 
@@ -28,34 +31,26 @@ def default_dir(config: str | Path, smoke: bool = False, seeds: bool = False) ->
 
 
 def run_study(config: str | Path, overrides: Sequence[str] = (), dir: str | Path | None = None, *,
-              search_space: str | Path | None = None, smoke: bool = False, num_samples: int | None = None,
-              max_concurrent: int | None = None, workers: int | None = None, cpus_per_worker: float | None = None,
-              gpus_per_worker: float | None = None, asha: bool | None = None, sampler: str | None = None,
-              seed: int | None = None, max_failures: int = 2, train_path: str = "auto", logger: str = "tensorboard",
-              address: str | None = None, output: str = "progress", seeds: Sequence[int] | None = None,
-              sequential_phases: bool = False, time_budget_s: float | None = None) -> Path:
+              search_space: str | Path | None = None, options: "Options | None" = None, address: str | None = None,
+              output: str = "progress", seeds: Sequence[int] | None = None, **option_values: Any) -> Path:
     """Create a study (see `sptune study --help` for each option) and run it; returns its directory.
 
     `config` is a YAML file, `overrides` section.field=value strings; `dir` defaults to
-    runs/study-<config name> (runs/seeds-<config name> with `seeds`). `seeds`: the same study once per
-    seed (one study directory each) and the paired SPT - scratch gain with its 95% CI (sptune.tune.seeds).
-    `sequential_phases`: the scratch search waits for finetuning instead of running beside the
-    pretrain -> finetune chain (the default, which shares the cluster between them). `time_budget_s`: stop
-    cleanly after that many wall seconds of this run (what finished is reported; resume continues).
-    Raises UserError for a bad option, before any Ray work.
+    runs/study-<config name> (runs/seeds-<config name> with `seeds`). The search and resource options are
+    `options` (sptune.tune.options.Options, the flags of `sptune study`), with any of its fields given
+    by name on top, e.g. `run_study(cfg, num_samples=4, logger="mlflow")`. `seeds`: the same study once
+    per seed (one study directory each) and the paired SPT - scratch gain with its 95% CI
+    (sptune.tune.seeds). `sequential_phases`: the scratch search waits for finetuning instead of running
+    beside the pretrain -> finetune chain (the default, which shares the cluster between them).
+    `time_budget_s`: stop cleanly after that many wall seconds of this run (what finished is reported;
+    resume continues). Raises UserError for a bad option, before any Ray work.
     """
     from sptune.tune import pipeline
-    from sptune.tune.options import Options
+    from sptune.tune.options import with_values
 
-    if num_samples is not None and num_samples < 1:
-        raise UserError("--num-samples must be >= 1")
-    if time_budget_s is not None and time_budget_s <= 0:
-        raise UserError("--time-budget must be > 0 seconds")
+    options = with_values(options, option_values)
+    smoke, time_budget_s = options.smoke, options.time_budget_s
     _check_output(output)
-    options = Options(num_samples=num_samples, max_concurrent=max_concurrent, workers=workers,
-                      cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker, asha=asha, sampler=sampler,
-                      seed=seed, max_failures=max_failures, train_path=train_path, smoke=smoke, logger=logger,
-                      sequential_phases=sequential_phases, time_budget_s=time_budget_s)
     study_dir = Path(dir) if dir else default_dir(config, smoke, bool(seeds))
     if seeds:
         from sptune.tune import seeds as multi
@@ -79,11 +74,11 @@ def resume_study(study_dir: str | Path, *, address: str | None = None, output: s
                  retry_failed: bool = False, time_budget_s: float | None = None) -> Path:
     """Continue a study whose driver stopped: finished trials are kept, unfinished ones continue;
     `retry_failed` also reruns crashed trials of finished phases from their last checkpoint."""
-    from sptune import seeds
+    from sptune.tune import seeds as tune_seeds
     from sptune.tune import pipeline
 
     _check_output(output)
-    if seeds.is_seeds_dir(study_dir):
+    if tune_seeds.is_seeds_dir(study_dir):
         return _run_seeds(Path(study_dir).resolve(), address, output,
                           [f"resuming the multi-seed study {Path(study_dir).resolve()}"])
     state = pipeline.load_state(study_dir)

@@ -24,7 +24,7 @@ def build_backbone(cfg: Config, task: Task, mask_channel: bool) -> Backbone:
 
 
 def build_pretrain_model(cfg: Config, task: Task, mask_channel: bool) -> SequenceModel:
-    out_dim = task.vocab_size if cfg.objective.loss == "ce" else task.channels  # resolved by train.resolve
+    out_dim = task.vocab_size if cfg.objective.loss == "ce" else task.channels  # resolved by runs.resolve
     return SequenceModel(build_backbone(cfg, task, mask_channel), PretrainHead(cfg.model.d_model, out_dim))
 
 

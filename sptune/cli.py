@@ -57,17 +57,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def compare_once(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    """scratch, then pretrain -> finetune from its best checkpoint, with the config (+ overrides) as given."""
+    """pretrain -> finetune from its best checkpoint, and scratch, with the config (+ overrides) as given."""
     from sptune import train
 
-    results = {}
-    scratch_cfg = _config(args, "scratch")
-    results["scratch"] = train.scratch(scratch_cfg, restart=args.restart)
-    pre = train.pretrain(_config(args, "pretrain"), restart=args.restart)
-    results["pretrain"] = pre
-    if pre["status"] == "completed":
-        results["finetune"] = train.finetune(_config(args, "finetune"), pre["run_dir"], restart=args.restart)
-    return results
+    return train.run_protocol(lambda stage: _config(args, stage), restart=args.restart)
 
 
 def compare_seeds(args: argparse.Namespace) -> int:
@@ -75,7 +68,7 @@ def compare_seeds(args: argparse.Namespace) -> int:
     the seed), then the paired gain over seeds with its 95% Student-t interval (sptune.seeds / sptune.stats)."""
     import time
 
-    from sptune import seeds
+    from sptune import pairs
 
     if len(set(args.seeds)) != len(args.seeds):
         raise UserError(f"--seeds needs distinct seeds, got {args.seeds}")
@@ -83,7 +76,7 @@ def compare_seeds(args: argparse.Namespace) -> int:
         raise UserError("pass seeds with --seeds, not a run.seed= override")
     if any(o.split("=", 1)[0].endswith("run.name") for o in args.overrides):
         raise UserError("--seeds runs one set of run directories per seed; leave run.name to its default")
-    pairs, metric, base = [], None, list(args.overrides)
+    seed_pairs, metric, base = [], None, list(args.overrides)
     for seed in args.seeds:
         start = time.perf_counter()
         args.overrides = [*base, f"run.seed={seed}"]
@@ -93,16 +86,16 @@ def compare_seeds(args: argparse.Namespace) -> int:
         ft, sc = results.get("finetune") or {}, results["scratch"]
         ok = lambda r: r.get("status") == "completed"  # noqa: E731
         metric = metric or sc.get("metric")
-        pairs.append(seeds.Pair(seed, ft.get("test_metric") if ok(ft) else None,
+        seed_pairs.append(pairs.Pair(seed, ft.get("test_metric") if ok(ft) else None,
                                 sc.get("test_metric") if ok(sc) else None, ft.get("best_val") if ok(ft) else None,
                                 sc.get("best_val") if ok(sc) else None, results["pretrain"].get("best_val"),
                                 time.perf_counter() - start,
                                 "completed" if ok(ft) and ok(sc) else "a stage failed",
-                                **seeds.convergence("spt", ft), **seeds.convergence("scratch", sc)))
+                                **pairs.convergence("spt", ft), **pairs.convergence("scratch", sc)))
     args.overrides = base
     print()
-    print(seeds.table(pairs, metric))
-    return 0 if all(p.complete for p in pairs) else 1
+    print(pairs.table(seed_pairs, metric))
+    return 0 if all(p.complete for p in seed_pairs) else 1
 
 
 def compare_table(results: dict[str, dict[str, Any]]) -> str:
@@ -183,12 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "else this machine only")
     p.add_argument("--seconds", type=float, default=2.0, help="length of the throughput measurement")
     p.set_defaults(func=cmd_doctor)
-    from sptune import data_cli
-    from sptune.experiments import cli as experiments_cli
-    from sptune.tune import cli as tune_cli
+    from sptune import data_cli, experiments_cli, study_cli
 
     data_cli.register(sub)  # data list | verify | prepare
-    tune_cli.register(sub)  # study | resume | results (Ray Tune)
+    study_cli.register(sub)  # study | resume | results | plan (Ray Tune)
     experiments_cli.register(sub)  # report (experiments, studies)
     return parser
 

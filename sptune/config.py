@@ -276,7 +276,7 @@ def validate(cfg: Config) -> None:
 def check_causal_norm(cfg: Config, stage: str | None = None) -> None:
     """A causal model (model.causal, or causal SPT, which makes the pretrained model causal, §2) must not
     use BatchNorm: in training mode its statistics over the whole sequence carry the future into every
-    position. Checked at load (with the stage when known) and again when train.resolve sets causality."""
+    position. Checked at load (with the stage when known) and again when runs.resolve sets causality."""
     causal = cfg.model.causal or (stage == "pretrain" and cfg.objective.kind == "causal")
     if causal and cfg.model.norm == "batch":
         what = "model.causal=true" if cfg.model.causal else "objective.kind=causal pretraining"

@@ -217,16 +217,18 @@ def check_node(seconds: float = THROUGHPUT_SECONDS) -> dict[str, Any]:
 def check_cluster(address: str, seconds: float = THROUGHPUT_SECONDS,
                   timeout_s: float = NODE_TIMEOUT_S) -> list[dict[str, Any]]:
     """check_node on every alive node of the Ray cluster at `address`, by a task pinned to each node
-    (with one of its GPUs, if it has any, so the task sees a CUDA device as a training worker would)."""
+    (with one of its GPUs, if it has any, so the task sees a CUDA device as a training worker would).
+    Ray is joined and left through sptune.tune.session, as every other entry point does."""
+    from sptune.tune.session import joined_cluster
+
+    with joined_cluster(address):
+        return _check_nodes(seconds, timeout_s)
+
+
+def _check_nodes(seconds: float, timeout_s: float) -> list[dict[str, Any]]:
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    if not ray.is_initialized():
-        try:
-            ray.init(address=address, logging_level="WARNING", log_to_driver=False)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise UserError(f"cannot reach a Ray cluster at {address} ({first_line(exc)}); start one (`ray start "
-                            f"--head`) or run `sptune doctor` without --address to check this machine") from None
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     remote = ray.remote(check_node)
     pending = {}

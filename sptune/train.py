@@ -15,28 +15,27 @@ batch's gradient, run.compile compiles the model and AdamW is fused on CUDA.
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import logging
 import math
-import shutil
 import time
+from contextlib import closing
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
 
 from sptune import atomic, checkpoints, files, fingerprint, flops, selection
 from sptune.build import build_pretrain_model, build_task_model, count_parameters
-from sptune.config import STAGES, Config, ModelConfig, check_causal_norm, dump
-from sptune.config import load as load_config
+from sptune.config import STAGES, Config
 from sptune.data import (Prefetcher, batch, eval_batches, example_draw, step_draw, stage_steps, train_batch_index,
                          train_batch_size, train_fraction)
 from sptune.errors import UserError
 from sptune.models.backbone import SequenceModel, drop_mask_channel
 from sptune.objectives import Denoising, MaskDraw, Metric, causal_denoising, denoising_loss, masked_denoising
 from sptune.registry import check_names, get_task
+from sptune.runs import claim, identify, pretrain_dir, run_dir_of
 from sptune.tasks.base import Split, Task
 from sptune.train_setup import (autocast, distributed_rank, make_optimizer, make_progress, make_schedule, make_writer,
                                 pick_device, wrap_model)
@@ -46,13 +45,6 @@ log = logging.getLogger("sptune.train")
 # Masking of validation/test examples is fixed (per example: sptune.data.example_draw) across evals and
 # batch sizes, so pretraining metrics of checkpoints and of trials are comparable.
 EVAL_MASK_SEED = 1234
-# Model fields a finetuning run sets itself; every other model field is the pretraining run's
-# architecture, and a different value in the finetune config is a contradiction. pooling: the task
-# head is new; dropout: regularization, no parameters; ssm_lr: an optimizer setting; kernel_backend:
-# the same kernel computed another way (pykeops or torch).
-FINETUNE_MODEL_FIELDS = ("pooling", "dropout", "ssm_lr", "kernel_backend")
-# What `--restart` deletes from the run directory before training from step 0.
-RESTARTED = (files.LAST, files.BEST, files.RESULT, files.TENSORBOARD)
 RESTART_FIX = "pass --restart to start this run over (deletes its checkpoints), or pick a new run.name=..."
 FROM_FIX = "pretrain again (`sptune pretrain ... --restart`) or pass another --from"
 # TensorBoard tags: one per quantity whatever the stage (the stage is in the run's name), so the
@@ -77,137 +69,55 @@ def scratch(cfg: Config, on_eval: OnEval | None = None, restart: bool = False) -
     return run_stage(cfg, "scratch", on_eval=on_eval, restart=restart)
 
 
-# ----------------------------------------------------------------------------- config resolution
-def resolve(cfg: Config, task: Task, stage: str, init_from: Path | None = None) -> Config:
-    """Fill the task-dependent defaults (mask ratio, loss, causality) so the dumped config is complete."""
-    cfg = copy.deepcopy(cfg)
-    if init_from is not None:
-        pre_dir = pretrain_dir(init_from)
-        pre = load_config(pre_dir / files.CONFIG)
-        if pre.task.name != cfg.task.name:
-            raise UserError(f"--from run was pretrained on task '{pre.task.name}', not '{cfg.task.name}'; "
-                            f"finetune on the same task")
-        inherit_pretraining(cfg, pre, pre_dir)
-    if cfg.objective.mask_ratio == -1.0:
-        cfg.objective.mask_ratio = task.mask_ratio
-    if cfg.objective.loss == "auto":
-        cfg.objective.loss = task.pretrain_loss
-    if stage == "pretrain" and cfg.objective.loss == "ce" and task.input_kind != "tokens":
-        raise UserError(f"objective.loss=ce needs token inputs, task '{task.name}' is continuous; use objective.loss=l1")
-    if stage == "pretrain" and cfg.objective.kind == "causal":
-        cfg.model.causal = True  # causal SPT trains a unidirectional model (§2)
-    if cfg.run.device == "auto":  # the device that runs is what the run records (and is fingerprinted by)
-        cfg.run.device = "cuda" if torch.cuda.is_available() else "cpu"
-    check_causal_norm(cfg)
-    return cfg
-
-
-def inherit_pretraining(cfg: Config, pre: Config, pre_dir: Path) -> None:
-    """The architecture and objective are the pretraining run's; finetuning changes the head and the
-    optimization (FINETUNE_MODEL_FIELDS). An architecture field the finetune config gives another value
-    is a contradiction: a silent replacement would record settings that never ran."""
-    mine = copy.deepcopy(cfg.model)
-    if pre.objective.kind == "causal":
-        mine.causal = True  # causal pretraining derived it (resolve); the finetune config need not repeat it
-    architecture = [f.name for f in dataclasses.fields(ModelConfig) if f.name not in FINETUNE_MODEL_FIELDS]
-    clashes = [f"model.{name}={getattr(mine, name)} contradicts the pretraining run ({getattr(pre.model, name)})"
-               for name in architecture if getattr(mine, name) != getattr(pre.model, name)]
-    if clashes:
-        raise UserError(f"{'; '.join(clashes)}; --from {pre_dir} fixes the architecture: drop or match "
-                        f"{'this setting' if len(clashes) == 1 else 'these settings'}, or pretrain again with "
-                        f"{'it' if len(clashes) == 1 else 'them'}")
-    cfg.model = dataclasses.replace(pre.model, **{name: getattr(cfg.model, name) for name in FINETUNE_MODEL_FIELDS})
-    cfg.objective = copy.deepcopy(pre.objective)  # pretraining-only settings: finetuning records the ones that ran
-
-
-def identify(cfg: Config, stage: str, init_from: Path | None = None) -> tuple[Config, fingerprint.Fingerprint]:
-    """The resolved config and its fingerprint: what a run directory holds and is named after."""
-    cfg = resolve(cfg, get_task(cfg.task.name), stage, init_from)
-    return cfg, fingerprint.of(cfg, stage, pretrain_dir(init_from) if init_from is not None else None)
-
-
-def pretrain_dir(path: Path) -> Path:
-    path = Path(path)
-    if path.is_file():
-        path = path.parent
-    if not (path / files.BEST).is_file() or not (path / files.CONFIG).is_file():
-        raise UserError(f"--from {path} is not a finished pretraining run (no best.pt/config.yaml); "
-                        f"run `sptune pretrain` first and pass its run directory")
-    return path
-
-
-def run_dir_of(cfg: Config, stage: str, fp: fingerprint.Fingerprint) -> Path:
-    """run.name, else `<stage>-<task>-<model>-s<seed>-<6 hex of the fingerprint>`: one directory per config."""
-    name = cfg.run.name or f"{stage}-{cfg.task.name}-{cfg.model.name}-s{cfg.run.seed}-{fp.short}"
-    return Path(cfg.run.out_dir) / name
-
-
-def claim(run_dir: Path, cfg: Config, fp: fingerprint.Fingerprint, restart: bool) -> None:
-    """Make run_dir this config's. On --restart first delete the previous run's files (the user asked
-    for it; nothing else ever deletes them). The fingerprint goes before config.yaml, so a reader that
-    sees the new config also sees the fingerprint it is checked against."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if restart:
-        for name in RESTARTED:
-            path = run_dir / name
-            if path.is_dir():
-                shutil.rmtree(path)
-            else:
-                path.unlink(missing_ok=True)
-        log.warning("--restart: deleted the previous run's %s in %s", ", ".join(RESTARTED), run_dir)
-    fingerprint.write(run_dir, fp)
-    dump(cfg, run_dir / files.CONFIG)
-
-
 # ----------------------------------------------------------------------------- the stage function
+def run_protocol(config_of: Callable[[str], Config], stages: Sequence[str] = STAGES,
+                 run_dir_of: Callable[[str], Path | None] = lambda stage: None,
+                 restart: bool = False) -> dict[str, dict[str, Any]]:
+    """The paper's protocol as single runs, no search: pretrain, finetune from the pretraining run's best
+    checkpoint (left out when pretraining failed), and scratch; {stage: result}. The one assembly of SPT
+    and its baseline outside a study: `sptune compare` and the plain backend of the experiment scripts.
+    With `run_dir_of`, a stage whose directory holds a finished result is not run again."""
+    results: dict[str, dict[str, Any]] = {}
+    for stage in [s for s in STAGES if s in stages]:
+        run_dir = run_dir_of(stage)
+        finished = files.finished_result(run_dir) if run_dir is not None else None
+        if finished is not None:
+            results[stage] = finished
+            continue
+        init_from = None
+        if stage == "finetune":
+            pre = results.get("pretrain")
+            if pre is None or pre["status"] != "completed":
+                continue  # nothing to finetune; the caller shows the SPT arm as failed, with pretraining's reason
+            init_from = run_dir_of("pretrain") or Path(pre["run_dir"])
+        results[stage] = run_stage(config_of(stage), stage, init_from=init_from, run_dir=run_dir, restart=restart)
+    return results
+
+
 def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: OnEval | None = None,
               run_dir: Path | None = None, restart: bool = False,
               train_device: torch.device | None = None) -> dict[str, Any]:
+    """One stage from its config to result.json, in labelled steps (each a short function below)."""
     if stage not in STAGES:
         raise UserError(f"unknown stage '{stage}'; choose one of: {', '.join(STAGES)}")
 
-    # 1. Setup: resolve the config, its fingerprint and run directory (which must hold this config
-    #    or nothing; it is claimed after step 5, so an unusable checkpoint leaves it as it was), seed,
-    #    device. Under DDP (Ray Train with several workers) every rank trains on its shard of each
-    #    batch; rank 0 writes the files.
-    task = get_task(check_names(cfg).task.name)
-    cfg, fp = identify(cfg, stage, init_from)
-    run_dir = Path(run_dir) if run_dir else run_dir_of(cfg, stage, fp)
-    if not restart:
-        fingerprint.check(run_dir, fp)
-    rank, world = distributed_rank()
-    main_rank = rank == 0
-    torch.manual_seed(cfg.run.seed)
-    if cfg.run.num_threads > 0:
-        torch.set_num_threads(cfg.run.num_threads)
-    device = pick_device(cfg.run.device, rank, train_device)  # train_device: Ray Train's, for its workers
+    # 1. Setup: the resolved config, its fingerprint and run directory (which must hold this config or
+    #    nothing; it is claimed after step 5, so an unusable checkpoint leaves it as it was), seed, device.
+    #    Under DDP (Ray Train with several workers) every rank trains its shard of each batch; rank 0 writes.
+    run = set_up(cfg, stage, init_from, run_dir, restart, train_device)
+    cfg = run.cfg
 
     # 2. Data: the task's splits, the training fraction (nested prefixes of one permutation).
-    splits = task.load(cfg.task.data_dir or None, seed=cfg.run.seed)
+    splits = run.task.load(cfg.task.data_dir or None, seed=cfg.run.seed)
     train_split = train_fraction(splits["train"], cfg.task.train_fraction)
-    pretraining = stage == "pretrain"
-    masked_continuous = pretraining and cfg.objective.kind == "masked" and task.input_kind == "continuous"
 
-    # 3. Model: pretraining head, or the task head (finetune loads the pretrained backbone).
-    if pretraining:
-        model = build_pretrain_model(cfg, task, mask_channel=masked_continuous)
-    else:
-        model = build_task_model(cfg, task)
-        if init_from is not None:
-            load_pretrained_backbone(model, pretrain_dir(init_from))
-    # FLOPs per example and per model call, counted once on a meta copy of the model (no compute, no RNG,
-    # the model untouched; before it moves to the device, so the copy costs no device memory) from the
-    # shapes of one training example (sptune.flops).
-    x1, _, lengths1 = batch(train_split, torch.tensor([0]))
-    if pretraining:
-        d1, lengths1 = denoise(cfg, task, x1, lengths1, step_draw(cfg.run.seed, 0))
-        x1 = d1.inputs
-    cost = flops.measure(model, x1, lengths1, task.seq_len)
-    model.to(device)
+    # 3. Model: pretraining head, or the task head (finetune loads the pretrained backbone); its FLOPs.
+    model, cost = build_model(run, train_split, init_from)
+    model.to(run.device)
     # `model` stays the plain module (checkpoints hold its state_dict); `trained` is what the loop
     # backpropagates through (DDP all-reduces its gradients; compiled after DDP wraps it, when run.compile),
     # `run_model` what evaluation calls (compiled when run.compile, never DDP).
-    trained, ddp, run_model = wrap_model(model, device, world > 1, cfg.run.compile)
+    trained, ddp, run_model = wrap_model(model, run.device, run.world > 1, cfg.run.compile)
 
     # 4. Optimizer and schedule: AdamW with parameter groups; warmup then cosine or constant, per step.
     max_steps = stage_steps(cfg.optim.max_steps, cfg.optim.epochs, cfg.optim.batch_size, len(train_split))
@@ -216,124 +126,246 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
 
     # 5. Resume from last.pt: model, optimizer, schedule, step, RNG and eval history. The best checkpoint
     #    is the best validation metric, a tie broken by the validation loss (sptune.selection).
+    state = resume(run, model, optimizer, scheduler, restart)
+    if run.main_rank:  # only now: a checkpoint that cannot be used (--from, last.pt) leaves the directory as it was
+        claim(run.run_dir, cfg, run.fp, restart)
+    result: dict[str, Any] = {"stage": stage, "task": run.task.name, "model": cfg.model.name,
+                              "run_dir": str(run.run_dir), "metric": stage_metric_name(cfg, run.task, stage),
+                              "n_params": count_parameters(model),
+                              "init_from": str(pretrain_dir(init_from)) if init_from else None}
+    end = dict(state=state, cost=cost, world=run.world, accumulate=cfg.optim.accumulate, run_dir=run.run_dir,
+               write=run.main_rank)  # what finish() needs
+
+    # 6. Train loop: one optimizer step per batch (of optim.accumulate micro-batches); eval, TensorBoard and
+    #    checkpoints every eval_every. 7. Test once, at the best validation checkpoint (Appendix C.1).
+    loop = Loop(run, model, trained, ddp, run_model, optimizer, scheduler, state, len(train_split), splits["val"],
+                result["metric"], max_steps, on_eval)
+    with closing(make_writer(run.run_dir, run.main_rank)) as writer:
+        with closing(make_progress(cfg, max_steps, state["step"], f"{stage} {run.task.name}/{cfg.model.name}")) \
+                as progress, closing(prefetch(run, train_split, state["step"], max_steps)) as batches:
+            failure = train_loop(loop, batches, writer, progress)
+        if failure is not None:
+            log.error("%s failed: %s", run.run_dir.name, failure)
+            return finish(result, status="failed", reason=failure, **end)
+        test = test_at_best(run, model, run_model, splits["test"], state)
+        if run.main_rank:
+            writer.add_scalar("test/metric", test["metric"], state["best_step"])
+    result.update(test_metric=test["metric"], test_loss=test["loss"])
+    return finish(result, status="completed", **end)
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """A stage run's identity and place: its resolved config, task, directory and device."""
+
+    cfg: Config
+    task: Task
+    stage: str
+    run_dir: Path
+    fp: fingerprint.Fingerprint
+    rank: int
+    world: int
+    device: torch.device
+
+    @property
+    def main_rank(self) -> bool:
+        return self.rank == 0
+
+
+def set_up(cfg: Config, stage: str, init_from: Path | None, run_dir: Path | None, restart: bool,
+           train_device: torch.device | None) -> Run:
+    task = get_task(check_names(cfg).task.name)
+    cfg, fp = identify(cfg, stage, init_from)
+    run_dir = Path(run_dir) if run_dir else run_dir_of(cfg, stage, fp)
+    if not restart:
+        fingerprint.check(run_dir, fp)
+    rank, world = distributed_rank()
+    torch.manual_seed(cfg.run.seed)
+    if cfg.run.num_threads > 0:
+        torch.set_num_threads(cfg.run.num_threads)
+    device = pick_device(cfg.run.device, rank, train_device)  # train_device: Ray Train's, for its workers
+    return Run(cfg, task, stage, run_dir, fp, rank, world, device)
+
+
+def build_model(run: Run, train_split: Split, init_from: Path | None) -> tuple[SequenceModel, flops.Flops]:
+    """The stage's model on the CPU, and its FLOPs per example and per call: counted once on a meta copy
+    (no compute, no RNG, the model untouched; before it moves to the device, so the copy costs no device
+    memory) from the shapes of one training example (sptune.flops)."""
+    cfg, task = run.cfg, run.task
+    if run.stage == "pretrain":
+        masked_continuous = cfg.objective.kind == "masked" and task.input_kind == "continuous"
+        model = build_pretrain_model(cfg, task, mask_channel=masked_continuous)
+    else:
+        model = build_task_model(cfg, task)
+        if init_from is not None:
+            load_pretrained_backbone(model, pretrain_dir(init_from))
+    x1, _, lengths1 = batch(train_split, torch.tensor([0]))
+    if run.stage == "pretrain":
+        d1, lengths1 = denoise(cfg, task, x1, lengths1, step_draw(cfg.run.seed, 0))
+        x1 = d1.inputs
+    return model, flops.measure(model, x1, lengths1, task.seq_len)
+
+
+def resume(run: Run, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+           restart: bool) -> dict[str, Any]:
+    """The training state to continue from: last.pt's (restored into model, optimizer, schedule and the
+    RNG), or a fresh one."""
     state = fresh_state()
-    last_path = run_dir / files.LAST
-    if cfg.run.resume and not restart and last_path.is_file():
-        ckpt = checkpoints.load(last_path, device, keys=("model", "optimizer", "scheduler", "rng", "state"),
+    last_path = run.run_dir / files.LAST
+    if run.cfg.run.resume and not restart and last_path.is_file():
+        ckpt = checkpoints.load(last_path, run.device, keys=("model", "optimizer", "scheduler", "rng", "state"),
                                 fix=RESTART_FIX)
         checkpoints.load_into(model, ckpt["model"], last_path, RESTART_FIX)
         checkpoints.load_into(optimizer, ckpt["optimizer"], last_path, RESTART_FIX)
         scheduler.load_state_dict(ckpt["scheduler"])
         torch.set_rng_state(ckpt["rng"])
         state.update(ckpt["state"])
-        log.info("resumed %s at step %d", run_dir, state["step"])
-    if main_rank:  # only now: a checkpoint that cannot be used (--from, last.pt) leaves the directory as it was
-        claim(run_dir, cfg, fp, restart)
-    writer = make_writer(run_dir, main_rank)
+        log.info("resumed %s at step %d", run.run_dir, state["step"])
+    return state
 
-    # 6. Train loop: one optimizer step per batch (of optim.accumulate micro-batches); eval, TensorBoard and
-    #    checkpoints every eval_every.
-    metric_name = stage_metric_name(cfg, task, stage)
-    tokens_per_example = task.seq_len * (2 if task.paired else 1)
-    result: dict[str, Any] = {"stage": stage, "task": task.name, "model": cfg.model.name, "run_dir": str(run_dir),
-                              "metric": metric_name, "n_params": count_parameters(model),
-                              "init_from": str(pretrain_dir(init_from)) if init_from else None}
-    end = dict(state=state, cost=cost, world=world, accumulate=cfg.optim.accumulate, run_dir=run_dir,
-               write=main_rank)  # what finish() needs
-    progress = make_progress(cfg, max_steps, state["step"], f"{stage} {task.name}/{cfg.model.name}")
 
-    def step_problem(step: int) -> Problem:  # this rank's share of step's batch, on the CPU (prefetch thread)
+def prefetch(run: Run, train_split: Split, start: int, stop: int) -> Prefetcher:
+    """The batches of steps start..stop-1, prepared ahead on a thread: this rank's share of each step's
+    batch, as a pure function of (seed, step) (sptune.data)."""
+    cfg = run.cfg
+
+    def step_problem(step: int) -> Problem:  # on the CPU, in the prefetch thread
         index = train_batch_index(len(train_split), cfg.optim.batch_size, cfg.run.seed, step)  # the global batch
-        x, y, lengths = batch(train_split, index[rank::world])
-        return make_problem(cfg, task, stage, x, y, lengths, step_draw(cfg.run.seed, step))
+        x, y, lengths = batch(train_split, index[run.rank::run.world])
+        return make_problem(cfg, run.task, run.stage, x, y, lengths, step_draw(cfg.run.seed, step))
 
-    batches = Prefetcher(step_problem, state["step"], max_steps, pin=device.type == "cuda")
-    # The loss is summed on the device and read at eval: a .item() per step would stall the accelerator
-    # until the step finishes. For the same reason a non-finite loss is noted on the device (the first
-    # step that had one, and its value) and acted on at the next eval boundary.
-    running_loss, running_n, tick = torch.zeros((), dtype=torch.float64, device=device), 0, time.perf_counter()
-    first_bad_step, first_bad_loss = torch.full((), -1, device=device), torch.zeros((), device=device)
-    while state["step"] < max_steps:
+    return Prefetcher(step_problem, start, stop, pin=run.device.type == "cuda")
+
+
+@dataclasses.dataclass
+class Loop:
+    """What the train loop updates and reads besides the batches."""
+
+    run: Run
+    model: nn.Module
+    trained: nn.Module
+    ddp: nn.parallel.DistributedDataParallel | None
+    run_model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    state: dict[str, Any]
+    train_size: int
+    val_split: Split
+    metric_name: str
+    max_steps: int
+    on_eval: OnEval | None
+
+
+def train_loop(loop: Loop, batches: Prefetcher, writer: Any, progress: Any) -> str | None:
+    """Train to max_steps, evaluating and checkpointing every eval_every; None, or why the run failed."""
+    run, state, cfg = loop.run, loop.state, loop.run.cfg
+    period = Period(run.device)
+    while state["step"] < loop.max_steps:
         step = state["step"]
-        trained.train()
-        problem = batches.get(step).to(device)
-        optimizer.zero_grad(set_to_none=True)
-        loss = accumulate_gradients(trained, ddp, cfg, task, stage, problem, device)  # () on device
+        loop.trained.train()
+        problem = batches.get(step).to(run.device)
+        loop.optimizer.zero_grad(set_to_none=True)
+        loss = accumulate_gradients(loop.trained, loop.ddp, cfg, run.task, run.stage, problem, run.device)  # ()
         if cfg.optim.grad_clip > 0:
-            nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip, foreach=True)
-        optimizer.step()
-        scheduler.step()
-        new_bad = ~torch.isfinite(loss) & (first_bad_step < 0)
-        first_bad_step = torch.where(new_bad, step, first_bad_step)
-        first_bad_loss = torch.where(new_bad, loss.float(), first_bad_loss)
+            nn.utils.clip_grad_norm_(loop.model.parameters(), cfg.optim.grad_clip, foreach=True)
+        loop.optimizer.step()
+        loop.scheduler.step()
+        period.add(step, loss)
         state["step"] = step + 1
-        state["examples_seen"] += train_batch_size(len(train_split), cfg.optim.batch_size, step)
-        running_loss += loss
-        running_n += 1
+        state["examples_seen"] += train_batch_size(loop.train_size, cfg.optim.batch_size, step)
         progress.update(1)
+        if state["step"] % cfg.optim.eval_every == 0 or state["step"] == loop.max_steps:
+            failure = period.failure(state["step"])  # the loop's one host sync per eval period
+            if failure is not None:
+                return failure
+            evaluate_and_checkpoint(loop, period, writer, progress)
+            period = Period(run.device)
+    return None
 
-        if state["step"] % cfg.optim.eval_every == 0 or state["step"] == max_steps:
-            # The loop's one host sync per eval period; it also lets the clock below see the queued steps done.
-            bad_step = int(first_bad_step)
-            if bad_step >= 0:
-                reason = (f"non-finite loss ({float(first_bad_loss)}) at step {bad_step} (checked at step "
-                          f"{state['step']}): lower optim.lr or raise optim.warmup_steps")
-                log.error("%s failed: %s", run_dir.name, reason)
-                batches.close()
-                writer.close()
-                progress.close()
-                return finish(result, status="failed", reason=reason, **end)
-            elapsed = time.perf_counter() - tick
-            state["train_seconds"] += elapsed
-            val = evaluate(run_model, cfg, task, stage, splits["val"], device, cfg.task.max_val_examples)
-            count_eval(state, val)
-            record = {"step": state["step"], "train_loss": running_loss.item() / max(running_n, 1),
-                      "val_loss": val["loss"], "val_metric": val["metric"], "lr": scheduler.get_last_lr()[0],
-                      "tokens_per_s": running_n * cfg.optim.batch_size * tokens_per_example / max(elapsed, 1e-9)}
-            state["history"].append(record)
-            state["val_targets"] = val["targets"]
-            incumbent, candidate = (state["best_metric"], state["best_loss"]), (val["metric"], val["loss"])
-            winner, _ = selection.select([incumbent, candidate], lambda c: c,
-                                         selection.tolerance(metric_name, val["targets"]))
-            improved = winner is candidate
-            if improved:
-                state.update(best_metric=val["metric"], best_loss=val["loss"], best_step=state["step"])
-            if main_rank:
-                if improved:
-                    atomic.write_torch(run_dir / files.BEST, {"model": model.state_dict(), "step": state["step"],
-                                                              "metric": val["metric"]})
-                atomic.write_torch(last_path, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                                               "scheduler": scheduler.state_dict(), "rng": torch.get_rng_state(),
-                                               "state": state})
-                for key, tag in TB_TAGS.items():
-                    writer.add_scalar(tag, record[key], state["step"])
-                writer.flush()
-            if world > 1:
-                torch.distributed.barrier()  # every rank sees the checkpoint before anyone reports it
-            if main_rank:
-                progress.write(f"[{run_dir.name}] step {state['step']}/{max_steps} train_loss {record['train_loss']:.4f} "
-                           f"val_loss {val['loss']:.4f} val_{metric_name} {val['metric']:.4f}"
-                           + (" *" if improved else ""))
-            if on_eval is not None:
-                on_eval(dict(record, best_metric=state["best_metric"], best_loss=state["best_loss"],
-                             best_step=state["best_step"], train_seconds=state["train_seconds"],
-                             eval_seconds=state["eval_seconds"], max_steps=max_steps), run_dir)
-            running_loss, running_n, tick = torch.zeros_like(running_loss), 0, time.perf_counter()
-    batches.close()
-    progress.close()
 
-    # 7. Test at the best validation checkpoint (the retrospective choice, Appendix C.1).
-    best_path = run_dir / files.BEST
-    checkpoints.load_into(model, checkpoints.load(best_path, device, keys=("model",), fix=RESTART_FIX)["model"],
+class Period:
+    """The steps since the last eval: their loss summed on the device, and the first non-finite one.
+
+    The loss is read only at eval: a .item() per step would stall the accelerator until the step
+    finishes. For the same reason a non-finite loss is noted on the device (the first step that had one,
+    and its value) and acted on at the next eval boundary."""
+
+    def __init__(self, device: torch.device):
+        self.loss, self.steps, self.start = torch.zeros((), dtype=torch.float64, device=device), 0, time.perf_counter()
+        self.bad_step, self.bad_loss = torch.full((), -1, device=device), torch.zeros((), device=device)
+
+    def add(self, step: int, loss: torch.Tensor) -> None:
+        new_bad = ~torch.isfinite(loss) & (self.bad_step < 0)
+        self.bad_step = torch.where(new_bad, step, self.bad_step)
+        self.bad_loss = torch.where(new_bad, loss.float(), self.bad_loss)
+        self.loss += loss
+        self.steps += 1
+
+    def failure(self, step: int) -> str | None:
+        bad_step = int(self.bad_step)  # a host sync: it also lets the clock see the queued steps done
+        if bad_step < 0:
+            return None
+        return (f"non-finite loss ({float(self.bad_loss)}) at step {bad_step} (checked at step {step}): lower "
+                f"optim.lr or raise optim.warmup_steps")
+
+
+def evaluate_and_checkpoint(loop: Loop, period: Period, writer: Any, progress: Any) -> None:
+    """Validate; keep best.pt (the best validation metric, ties by loss: sptune.selection) and last.pt;
+    log to TensorBoard and the terminal; hand the eval to `on_eval` (Ray Tune's report)."""
+    run, state, cfg = loop.run, loop.state, loop.run.cfg
+    elapsed = time.perf_counter() - period.start
+    state["train_seconds"] += elapsed
+    val = evaluate(loop.run_model, cfg, run.task, run.stage, loop.val_split, run.device, cfg.task.max_val_examples)
+    count_eval(state, val)
+    tokens_per_example = run.task.seq_len * (2 if run.task.paired else 1)
+    record = {"step": state["step"], "train_loss": period.loss.item() / max(period.steps, 1),
+              "val_loss": val["loss"], "val_metric": val["metric"], "lr": loop.scheduler.get_last_lr()[0],
+              "tokens_per_s": period.steps * cfg.optim.batch_size * tokens_per_example / max(elapsed, 1e-9)}
+    state["history"].append(record)
+    state["val_targets"] = val["targets"]
+    incumbent, candidate = (state["best_metric"], state["best_loss"]), (val["metric"], val["loss"])
+    winner, _ = selection.select([incumbent, candidate], lambda c: c,
+                                 selection.tolerance(loop.metric_name, val["targets"]))
+    improved = winner is candidate
+    if improved:
+        state.update(best_metric=val["metric"], best_loss=val["loss"], best_step=state["step"])
+    if run.main_rank:
+        save_checkpoints(loop, improved, val["metric"])
+        for key, tag in TB_TAGS.items():
+            writer.add_scalar(tag, record[key], state["step"])
+        writer.flush()
+    if run.world > 1:
+        torch.distributed.barrier()  # every rank sees the checkpoint before anyone reports it
+    if run.main_rank:
+        progress.write(f"[{run.run_dir.name}] step {state['step']}/{loop.max_steps} train_loss "
+                       f"{record['train_loss']:.4f} val_loss {val['loss']:.4f} val_{loop.metric_name} "
+                       f"{val['metric']:.4f}" + (" *" if improved else ""))
+    if loop.on_eval is not None:
+        loop.on_eval(dict(record, best_metric=state["best_metric"], best_loss=state["best_loss"],
+                          best_step=state["best_step"], train_seconds=state["train_seconds"],
+                          eval_seconds=state["eval_seconds"], max_steps=loop.max_steps), run.run_dir)
+
+
+def save_checkpoints(loop: Loop, improved: bool, metric: float) -> None:
+    """best.pt when the eval improved; last.pt always (everything a resume needs)."""
+    state, run_dir = loop.state, loop.run.run_dir
+    if improved:
+        atomic.write_torch(run_dir / files.BEST, {"model": loop.model.state_dict(), "step": state["step"],
+                                                  "metric": metric})
+    atomic.write_torch(run_dir / files.LAST, {"model": loop.model.state_dict(), "optimizer": loop.optimizer.state_dict(),
+                                              "scheduler": loop.scheduler.state_dict(), "rng": torch.get_rng_state(),
+                                              "state": state})
+
+
+def test_at_best(run: Run, model: nn.Module, run_model: nn.Module, test_split: Split,
+                 state: dict[str, Any]) -> dict[str, float]:
+    """The test metric, measured once, at the best validation checkpoint (the retrospective choice)."""
+    best_path = run.run_dir / files.BEST
+    checkpoints.load_into(model, checkpoints.load(best_path, run.device, keys=("model",), fix=RESTART_FIX)["model"],
                           best_path, RESTART_FIX)
-    test = evaluate(run_model, cfg, task, stage, splits["test"], device, cfg.task.max_test_examples)
+    test = evaluate(run_model, run.cfg, run.task, run.stage, test_split, run.device, run.cfg.task.max_test_examples)
     count_eval(state, test)
-    if main_rank:
-        writer.add_scalar("test/metric", test["metric"], state["best_step"])
-        writer.close()
-    result["test_metric"] = test["metric"]
-    result["test_loss"] = test["loss"]
-    return finish(result, status="completed", **end)
+    return test
 
 
 def stage_metric_name(cfg: Config, task: Task, stage: str) -> str:

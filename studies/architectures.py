@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 import yaml  # noqa: E402
 
 from sptune.config import STAGES  # noqa: E402
-from sptune.experiments.cli import main  # noqa: E402
+from sptune.experiments_cli import main  # noqa: E402
 from sptune.experiments.plan import Cell, Plan  # noqa: E402
 
 EXPERIMENT = "architectures"

@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 from sptune.config import STAGES
 from sptune.experiments import paper, settings  # noqa: E402
 from sptune.experiments.report import row_label  # noqa: E402
-from sptune.experiments.cli import main  # noqa: E402
+from sptune.experiments_cli import main  # noqa: E402
 from sptune.experiments.plan import Cell, Plan  # noqa: E402
 
 EXPERIMENT = "lra_table"

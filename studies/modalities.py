@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
 from sptune.experiments import paper, settings  # noqa: E402
-from sptune.experiments.cli import main  # noqa: E402
+from sptune.experiments_cli import main  # noqa: E402
 from sptune.experiments.plan import Cell, Plan  # noqa: E402
 
 EXPERIMENT = "modalities"

@@ -4,7 +4,8 @@ import importlib.util
 from pathlib import Path
 
 from sptune import config
-from sptune.experiments import architectures, cli
+from sptune import experiments_cli as cli
+from sptune.experiments import architectures
 from sptune.experiments.plan import plain_point
 
 SCRIPT = Path(__file__).resolve().parents[1] / "studies" / "architectures.py"

@@ -24,7 +24,7 @@ from ray_fixtures import CONFIG, REPO, sptune_env
 from test_cluster import free_ports
 
 from sptune import files
-from sptune.tune import pipeline, results, search, session, trainable
+from sptune.tune import pipeline, results, session, spaces, trainable
 
 pytestmark = pytest.mark.slow
 
@@ -98,7 +98,7 @@ def test_autoscaling_study_survives_losing_a_worker_node(tmp_path):
     gcs_port, dashboard_port, client_port = free_ports(3)
     config, scale = fake_cluster_config(f"127.0.0.1:{gcs_port}")
     (tmp_path / "fake.yaml").write_text(yaml.safe_dump(config))
-    space = search.load(REPO / "search_spaces" / "listops" / "transformer.yaml").resources  # a paper search space
+    space = spaces.load(REPO / "search_spaces" / "listops" / "transformer.yaml").resources  # a paper search space
     cpus, gpus = space["cpus_per_worker"] * scale, space["gpus_per_worker"]
     env = sptune_env(SPTUNE_RAY_TAG=tag, RAY_AUTH_MODE="disabled", RAY_FAKE_CLUSTER="1",
                      AUTOSCALER_UPDATE_INTERVAL_S="1")

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from sptune import config, train
+from sptune import config, runs
 from sptune.build import build_backbone
 from sptune.errors import UserError
 from sptune.registry import MODELS, get_task
@@ -61,12 +61,12 @@ def test_causal_model_with_batch_norm_is_refused(tmp_path):
     # Causal SPT makes the pretrained model causal: refused at load for the pretraining stage ...
     with pytest.raises(UserError, match="objective.kind=causal pretraining with model.norm=batch"):
         config.load(None, ["objective.kind=causal", "model.norm=batch"], stage="pretrain")
-    # ... and where train.resolve sets model.causal, for a config that did not say its stage.
+    # ... and where runs.resolve sets model.causal, for a config that did not say its stage.
     cfg = config.load(None, ["objective.kind=causal", "model.norm=batch", f"run.out_dir={tmp_path}"])
     with pytest.raises(UserError, match="use model.norm=layer"):
-        train.resolve(cfg, get_task("listops-mini"), "pretrain")
+        runs.resolve(cfg, get_task("listops-mini"), "pretrain")
     # Scratch training of the same config is bidirectional: BatchNorm is fine there.
-    assert not train.resolve(cfg, get_task("listops-mini"), "scratch").model.causal
+    assert not runs.resolve(cfg, get_task("listops-mini"), "scratch").model.causal
 
 
 @pytest.mark.parametrize("model", ["transformer", "s4", "dlr"])

@@ -90,7 +90,7 @@ def test_a_study_checks_names_before_any_work(override, words, tmp_path, capsys)
 
 
 def test_a_searched_name_must_be_registered():
-    from sptune.tune.search import check_value
+    from sptune.tune.spaces import check_value
 
     with pytest.raises(UserError, match="unknown model 'lstm'"):
         check_value("search space", "model.name", "lstm")

@@ -108,3 +108,16 @@ def test_an_unreachable_cluster_is_a_one_line_user_error(capsys, monkeypatch):
     assert cli.main(["doctor"]) == 2
     err = capsys.readouterr().err
     assert "cannot reach a Ray cluster at auto" in err and "without --address" in err and err.count("\n") == 1
+
+
+def test_a_joined_cluster_is_left_on_the_way_out(monkeypatch):
+    """`sptune doctor --address` joins through sptune.tune.session and shuts its Ray connection down."""
+    import ray
+
+    calls = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kwargs: calls.append(("init", kwargs["address"])))
+    monkeypatch.setattr(ray, "nodes", lambda: [])
+    monkeypatch.setattr(ray, "shutdown", lambda: calls.append(("shutdown",)))
+    assert doctor.check_cluster("ray://head:10001", seconds=0.1) == []
+    assert calls == [("init", "ray://head:10001"), ("shutdown",)]

@@ -9,7 +9,7 @@ from ray_fixtures import CONFIG, TINY, ray_instance  # noqa: F401 (fixture)
 from test_tune import new_study
 
 from sptune import files
-from sptune.tune import pipeline, resources, results, search, trainable
+from sptune.tune import pipeline, resources, results, search, spaces, trainable
 from sptune.cli import main
 from sptune.config import load as load_config
 from sptune.errors import UserError
@@ -164,9 +164,9 @@ def test_asha_rungs_and_stopping_order_with_epochs_and_two_batch_sizes():
     asha = {"grace_period": 0.125, "reduction_factor": 2}
     budgets = pipeline.step_budgets(epochs_stage(2), {"optim.batch_size": [8, 32], "optim.lr": [1e-3]})
     assert budgets == {8: 50, 32: 14}  # the resolved budget: epochs x steps per epoch
-    search.check_rungs(asha, budgets, 2, "stage scratch")  # an eval in every rung for both batch sizes
+    spaces.check_rungs(asha, budgets, 2, "stage scratch")  # an eval in every rung for both batch sizes
     with pytest.raises(UserError, match=r"rung at 0.125 .* optim.batch_size=32 \(14 steps, an eval every 4\)"):
-        search.check_rungs(asha, budgets, 4, "stage scratch")  # batch 32 evals at 4/14 > 0.25: no eval in [1/8, 1/4)
+        spaces.check_rungs(asha, budgets, 4, "stage scratch")  # batch 32 evals at 4/14 > 0.25: no eval in [1/8, 1/4)
 
     # Four trials run side by side; each reports after every eval (every 2 steps) the budget fraction
     # done and its validation metric. Batch size 32 reaches a fraction of its budget in fewer steps.

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sptune import config, flops, train
+from sptune import config, flops, runs, train
 from sptune.build import build_pretrain_model
 from sptune.models.s4 import S4Layer
 from sptune.registry import get_task
@@ -112,7 +112,7 @@ def test_run_reports_counted_flops_and_eval_cost(tmp_path):
                              f"run.out_dir={tmp_path}"])
     result = train.pretrain(cfg)
     task = get_task("listops-mini")
-    model = build_pretrain_model(train.resolve(cfg, task, "pretrain"), task, mask_channel=False)
+    model = build_pretrain_model(runs.resolve(cfg, task, "pretrain"), task, mask_channel=False)
     cost = per_example(model, 256)
     # 4 steps of 8 examples; 3 eval passes (2 val, 1 test) of 16 examples in batches of 8.
     assert result["examples_seen"] == 32

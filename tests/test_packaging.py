@@ -12,8 +12,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 # Where the demo task's default search space resolves, and where the installed package data is.
-PROBE = ("from sptune.tune import search; print(search.default_path('listops-mini', 'transformer').resolve()); "
-         "print(search.installed_search_spaces().resolve())")
+PROBE = ("from sptune.tune import spaces; print(spaces.default_path('listops-mini', 'transformer').resolve()); "
+         "print(spaces.installed_search_spaces().resolve())")
 
 
 def test_every_sptune_package_is_listed_for_the_wheel():

@@ -10,7 +10,7 @@ from sptune.config import STAGES
 from sptune import config
 from sptune.registry import TASKS
 from sptune.experiments import paper, paper_files, sizing
-from sptune.tune import pipeline, search
+from sptune.tune import pipeline, spaces
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = paper_files.shipped()
@@ -67,7 +67,7 @@ def test_config_values_equal_the_table(task, model):
 @pytest.mark.parametrize("task, model", SHIPPED, ids=IDS)
 def test_search_space_holds_the_papers_points_first(task, model):
     recipe = SHIPPED[(task, model)]
-    space = search.load(REPO / paper_files.space_path(task, model))
+    space = spaces.load(REPO / paper_files.space_path(task, model))
     assert (space.task, space.model) == (task, model)
     for stage in STAGES:
         points = [p.values() for p in recipe.stages[stage].points]
@@ -75,7 +75,7 @@ def test_search_space_holds_the_papers_points_first(task, model):
         assert got.points[:len(points)] == points, stage  # evaluated first, in the table's order
         for key, grid in paper.APPENDIX_C1_GRID.items():
             assert set(grid) | {p[key] for p in points} <= set(got.params[key]), (stage, key)
-        assert search.trial_count(got, space.num_samples) == got.grid_size  # the whole grid is searched
+        assert spaces.trial_count(got, space.num_samples) == got.grid_size  # the whole grid is searched
 
 
 def test_the_known_mismatches_stay_fixed():

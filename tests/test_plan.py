@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from sptune import config, train
+from sptune import budget, config, train
 from sptune.cli import main
-from sptune.tune import budget, pipeline, search
+from sptune.tune import pipeline, spaces
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["model.d_model=16", "model.n_layers=1", "model.n_heads=2", "model.d_ff=16", "task.max_val_examples=16",
@@ -37,9 +37,9 @@ def test_totals_are_sums_and_flops_scale_with_steps():
 
     state, short = phases(40)
     _, long = phases(80)
-    space = search.parse({"stages": state["space"]["stages"]}, "space")
+    space = spaces.parse({"stages": state["space"]["stages"]}, "space")
     for p, q in zip(short, long):
-        assert p.trials == q.trials == search.trial_count(space.stages[p.phase], state["options"]["num_samples"])
+        assert p.trials == q.trials == spaces.trial_count(space.stages[p.phase], state["options"]["num_samples"])
         assert (p.steps, q.steps) == (40, 80)
         assert q.train_flops == pytest.approx(2 * p.train_flops)  # training cost is linear in the steps
         assert q.eval_flops > p.eval_flops  # twice the validation passes, the same single test pass

@@ -12,14 +12,14 @@ import pytest
 from optuna.trial import TrialState
 from ray.tune.search import ConcurrencyLimiter, Searcher
 
-from sptune.tune import search
+from sptune.tune import search, spaces
 
 GRID = {"stages": {"pretrain": {"params": {"optim.lr": [1e-3, 1e-4], "optim.batch_size": [8]}}}}
 
 
 @pytest.fixture
 def searcher(tmp_path):
-    stage = search.parse(GRID).stages["pretrain"]
+    stage = spaces.parse(GRID).stages["pretrain"]
     return search.make_searcher(stage, journal=tmp_path / "optuna.journal", study_name="s/pretrain")
 
 

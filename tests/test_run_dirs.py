@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from sptune import config, files, fingerprint, train
+from sptune.runs import identify, run_dir_of
 from sptune.tune import results
 from sptune.cli import main
 
@@ -50,8 +51,8 @@ def config_file(tmp_path: Path) -> Path:
 
 # ----------------------------------------------------------------------------- fingerprint and names
 def default_dir(overrides, stage="scratch"):
-    cfg, fp = train.identify(config.load(None, TINY + overrides), stage)
-    return train.run_dir_of(cfg, stage, fp)
+    cfg, fp = identify(config.load(None, TINY + overrides), stage)
+    return run_dir_of(cfg, stage, fp)
 
 
 def test_default_run_names_differ_for_configs_that_change_the_numbers():
@@ -70,9 +71,9 @@ def test_default_run_names_differ_for_configs_that_change_the_numbers():
 
 
 def test_readme_example_names_the_directory_pretrain_makes():
-    cfg, fp = train.identify(config.load(REPO / "configs" / "listops_mini_transformer.yaml", stage="pretrain"),
+    cfg, fp = identify(config.load(REPO / "configs" / "listops_mini_transformer.yaml", stage="pretrain"),
                              "pretrain")
-    made = str(train.run_dir_of(cfg, "pretrain", fp))
+    made = str(run_dir_of(cfg, "pretrain", fp))
     for path in ("docs/single-runs.md", "configs/listops_mini_transformer.yaml", "sptune/cli.py"):
         named = re.findall(r"--from (runs/\S+)", (REPO / path).read_text())
         assert named and all(name == made for name in named), (path, named, made)
@@ -82,8 +83,8 @@ def test_finetune_fingerprint_includes_the_pretraining_run(runs, tmp_path):
     copy = tmp_path / "pretrain-copy"
     shutil.copytree(runs["pretrain"], copy)
     cfg = config.load(None, TINY, stage="finetune")
-    _, original = train.identify(cfg, "finetune", runs["pretrain"])
-    _, other = train.identify(cfg, "finetune", copy)
+    _, original = identify(cfg, "finetune", runs["pretrain"])
+    _, other = identify(cfg, "finetune", copy)
     assert original.fields["init.fingerprint"] == fingerprint.recorded(runs["pretrain"]).digest
     assert fingerprint.differences(original, other) == [
         f"init.run_dir: {json.dumps(str(runs['pretrain'].resolve()))} -> {json.dumps(str(copy.resolve()))}"]

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sptune import checkpoints, config, selection, train
+from sptune import checkpoints, config, runs, selection, train
 from sptune.build import build_pretrain_model, build_task_model
 from sptune.registry import get_task
 
@@ -65,7 +65,7 @@ def test_best_checkpoint_tie_goes_to_the_lower_val_loss(tmp_path, monkeypatch):
 def test_evaluation_does_not_depend_on_the_batch_size(stage):
     """One model, two batch sizes: the same masked positions, metric and loss (averaged over the whole split)."""
     task = get_task("listops-mini")
-    cfg = train.resolve(config.load(None, TINY + ["objective.mask_ratio=0.15"]), task, stage)
+    cfg = runs.resolve(config.load(None, TINY + ["objective.mask_ratio=0.15"]), task, stage)
     torch.manual_seed(0)
     model = build_pretrain_model(cfg, task, mask_channel=False) if stage == "pretrain" else build_task_model(cfg, task)
     val = task.load(None, seed=0)["val"]

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from sptune import seeds, stats
+from sptune import pairs, stats
 
 
 def test_paired_interval_hand_computed_case():
@@ -64,14 +64,14 @@ def test_mean_std():
 
 
 def test_seed_table_and_plot(tmp_path):
-    pairs = [seeds.Pair(s, 0.60 + 0.01 * s, 0.55, 0.61, 0.56) for s in range(5)] + [seeds.Pair(9, None, 0.5,
+    seed_pairs = [pairs.Pair(s, 0.60 + 0.01 * s, 0.55, 0.61, 0.56) for s in range(5)] + [pairs.Pair(9, None, 0.5,
                                                                                                status="failed")]
-    text = seeds.table(pairs, "accuracy")
+    text = pairs.table(seed_pairs, "accuracy")
     assert "mean paired gain (SPT - scratch): +7.00 ± 1.96 (95% CI [+5.04, +8.96], n=5)" in text
     assert "excludes 0" in text and "not complete (failed)" in text
-    png = seeds.plot(pairs, "accuracy", tmp_path / "seeds.png")
+    png = pairs.plot(seed_pairs, "accuracy", tmp_path / "seeds.png")
     assert png.read_bytes()[:4] == b"\x89PNG"
-    assert seeds.write_csv(pairs, tmp_path / "s.csv").read_text().count("\n") == 7
+    assert pairs.write_csv(seed_pairs, tmp_path / "s.csv").read_text().count("\n") == 7
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
@@ -85,31 +85,31 @@ def test_non_finite_inputs_raise_a_value_error_naming_the_position(bad):
 
 
 def test_seed_table_says_a_two_seed_interval_is_degenerate():
-    pairs = [seeds.Pair(s, 0.60 + 0.01 * s, 0.55, 0.61, 0.56) for s in range(2)]
-    text = seeds.table(pairs, "accuracy")
+    seed_pairs = [pairs.Pair(s, 0.60 + 0.01 * s, 0.55, 0.61, 0.56) for s in range(2)]
+    text = pairs.table(seed_pairs, "accuracy")
     assert "degenerate" in text and "excludes 0" not in text
 
 
 def _pair(seed, spt_best, scratch_best, budget=100):
-    return seeds.Pair(seed, 0.7, 0.6, 0.71, 0.61, spt_best_step=spt_best, spt_steps=budget, spt_train_loss=0.25,
+    return pairs.Pair(seed, 0.7, 0.6, 0.71, 0.61, spt_best_step=spt_best, spt_steps=budget, spt_train_loss=0.25,
                       scratch_best_step=scratch_best, scratch_steps=budget, scratch_train_loss=0.5)
 
 
 def test_seed_table_shows_best_step_budget_and_train_loss_and_flags_late_best_steps():
-    text = seeds.table([_pair(0, 50, 90), _pair(1, 80, 100), _pair(2, 40, 60)], "accuracy")
+    text = pairs.table([_pair(0, 50, 90), _pair(1, 80, 100), _pair(2, 40, 60)], "accuracy")
     row0 = next(line for line in text.splitlines() if line.strip().startswith("0 "))
     assert "50/100" in row0 and "90/100*" in row0 and "0.2500" in row0 and "0.5000" in row0
     assert "80/100 " in text  # exactly 80%: not in the last 20%
     assert ("warning: scratch reached its best validation in the last 20% of its step budget for seed(s) 0, 1"
             in text)
     assert "warning: SPT" not in text
-    assert seeds.late_arms(_pair(3, 81, 10)) == ["spt"]
+    assert pairs.late_arms(_pair(3, 81, 10)) == ["spt"]
 
 
 def test_convergence_fields_come_from_a_result(tmp_path):
     result = {"best_step": 40, "steps": 50, "history": [{"train_loss": 1.0}, {"train_loss": 0.3}]}
-    assert seeds.convergence("spt", result) == {"spt_best_step": 40, "spt_steps": 50, "spt_train_loss": 0.3}
-    assert seeds.convergence("scratch", None) == {"scratch_best_step": None, "scratch_steps": None,
+    assert pairs.convergence("spt", result) == {"spt_best_step": 40, "spt_steps": 50, "spt_train_loss": 0.3}
+    assert pairs.convergence("scratch", None) == {"scratch_best_step": None, "scratch_steps": None,
                                                   "scratch_train_loss": None}
-    csv_text = seeds.write_csv([_pair(0, 50, 90)], tmp_path / "s.csv").read_text()
+    csv_text = pairs.write_csv([_pair(0, 50, 90)], tmp_path / "s.csv").read_text()
     assert "scratch_best_step" in csv_text.splitlines()[0] and ",90," in csv_text

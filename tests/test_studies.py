@@ -9,7 +9,8 @@ import torch
 from sptune import atomic, config, files, train
 from sptune.data import train_fraction
 from sptune.models.s4 import S4Layer
-from sptune.experiments import cli, kernel_analysis, paper, report, settings, sizing
+from sptune import experiments_cli as cli
+from sptune.experiments import kernel_analysis, paper, report, settings, sizing
 from sptune.experiments.plan import Cell, Plan, plain_point, repo_space, save_plan
 from sptune.tune import results
 from sptune.tasks.base import Split
@@ -258,7 +259,7 @@ def test_real_grid_builds_valid_configs_and_search_spaces(study):
     import importlib.util
     from pathlib import Path
 
-    from sptune.tune import search
+    from sptune.tune import spaces
 
     path = Path(__file__).resolve().parents[1] / "studies" / f"{study}.py"
     spec = importlib.util.spec_from_file_location(f"study_{study}", path)
@@ -270,6 +271,6 @@ def test_real_grid_builds_valid_configs_and_search_spaces(study):
         assert not cell.labels["task"].endswith("-mini")
         space = cell.space if cell.space is not None else repo_space(cell)
         assert space is not None, f"{cell.key}: no search space"
-        search.parse({"stages": space})
+        spaces.parse({"stages": space})
         for stage in cell.stages:
             config.load(None, list(cell.overrides) + plain_point(space, stage), stage=stage)

@@ -16,7 +16,7 @@ from ray_fixtures import CONFIG, REPO, TINY, ray_instance, sptune_env  # noqa: F
 from sptune.config import STAGES
 import sptune
 from sptune import files, output
-from sptune.tune import loggers, pipeline, results, search, trainable
+from sptune.tune import loggers, pipeline, results, search, spaces, trainable
 from sptune.cli import main
 
 ONE = {"params": {"optim.lr": [1e-3], "optim.batch_size": [8]}}
@@ -47,7 +47,7 @@ GRID = {"stages": {"pretrain": {"params": {"optim.lr": [1e-3, 5e-4, 1e-4], "opti
 
 
 def test_restored_searcher_continues_the_same_optuna_study(tmp_path):
-    stage = search.parse(GRID).stages["pretrain"]
+    stage = spaces.parse(GRID).stages["pretrain"]
     journal, name = tmp_path / files.OPTUNA_JOURNAL, "s/pretrain"
     first = search.make_searcher(stage, journal=journal, study_name=name)
     assert first.suggest("a") == {"optim.lr": 1e-4, "optim.batch_size": 8}  # the paper point first
@@ -78,7 +78,7 @@ def test_restored_searcher_continues_the_same_optuna_study(tmp_path):
 
 
 def test_trial_states_in_optuna(tmp_path):
-    stage = search.parse(GRID).stages["pretrain"]
+    stage = spaces.parse(GRID).stages["pretrain"]
     searcher = search.make_searcher(stage, journal=tmp_path / files.OPTUNA_JOURNAL, study_name="s/pretrain")
     for trial_id in "abc":
         searcher.suggest(trial_id)

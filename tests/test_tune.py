@@ -14,7 +14,7 @@ import yaml
 from ray_fixtures import CONFIG, REPO, TINY, ray_instance, sptune_env  # noqa: F401 (fixture)
 
 from sptune import atomic, files
-from sptune.tune import pipeline, resources, results, search, session, trainable
+from sptune.tune import pipeline, resources, results, search, session, spaces, trainable
 from sptune.cli import main
 from sptune.errors import UserError
 from sptune.registry import MODELS, TASKS
@@ -49,7 +49,7 @@ def test_every_search_space_file_is_valid():
     names = {f"{p.parent.name}/{p.stem}" for p in files}
     assert names >= set(PAPER_FILES) | {"listops-mini/transformer", "listops-mini/s4"}
     for path in files:
-        space = search.load(path)
+        space = spaces.load(path)
         assert (space.task, space.model) == (path.parent.name, path.stem)
         assert space.task in TASKS and space.model in MODELS
         assert set(space.stages) == {"pretrain", "finetune", "scratch"}
@@ -70,7 +70,7 @@ def test_every_search_space_file_is_valid():
     ("pathx/s4", "finetune", {"optim.lr": 1e-3, "optim.batch_size": 64}),
 ])
 def test_paper_best_values_come_first(name, stage, point):
-    assert search.load(REPO / "search_spaces" / f"{name}.yaml").stages[stage].points[0] == point
+    assert spaces.load(REPO / "search_spaces" / f"{name}.yaml").stages[stage].points[0] == point
 
 
 @pytest.mark.parametrize("change, words", [
@@ -87,7 +87,7 @@ def test_bad_search_spaces_are_user_errors(change, words):
     data = {"stages": {"scratch": {"params": {"optim.lr": [1e-3]}}}}
     data.update(change)
     with pytest.raises(UserError) as err:
-        search.parse(data, "bad.yaml")
+        spaces.parse(data, "bad.yaml")
     for word in words:
         assert word in str(err.value)
 
@@ -105,16 +105,16 @@ def suggestions(searcher, n):
 def test_searcher_starts_with_paper_points_and_never_repeats(sampler):
     from ray.tune.search import Searcher
 
-    stage = search.parse({"stages": {"pretrain": GRID}}).stages["pretrain"]
-    assert search.trial_count(stage, 100) == 9
+    stage = spaces.parse({"stages": {"pretrain": GRID}}).stages["pretrain"]
+    assert spaces.trial_count(stage, 100) == 9
     got = suggestions(search.make_searcher(stage, sampler, seed=0), 10)
     assert got[0] == GRID["points"][0]
-    assert sorted(map(str, got[:9])) == sorted(map(str, search.grid_points(stage)))  # the whole grid, once each
+    assert sorted(map(str, got[:9])) == sorted(map(str, spaces.grid_points(stage)))  # the whole grid, once each
     assert got[9] == Searcher.FINISHED  # exhausted: no tenth trial rather than a repeat
 
 
 def test_searcher_is_seeded():
-    stage = search.parse({"stages": {"pretrain": GRID}}).stages["pretrain"]
+    stage = spaces.parse({"stages": {"pretrain": GRID}}).stages["pretrain"]
     first = suggestions(search.make_searcher(stage, "brute", seed=3), 9)
     assert first == suggestions(search.make_searcher(stage, "brute", seed=3), 9)
 
@@ -122,7 +122,7 @@ def test_searcher_is_seeded():
 def test_asha_counts_the_budget_fraction():
     scheduler = search.make_scheduler({"grace_period": 0.125, "reduction_factor": 2})
     assert scheduler._time_attr == "budget" and scheduler._max_t < 1
-    assert search.rungs({"grace_period": 0.125, "reduction_factor": 2}) == [0.125, 0.25, 0.5]  # none at 1
+    assert spaces.rungs({"grace_period": 0.125, "reduction_factor": 2}) == [0.125, 0.25, 0.5]  # none at 1
     assert search.make_scheduler(None) is None
 
 

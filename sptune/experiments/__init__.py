@@ -12,5 +12,5 @@ plain run per stage (plain backend).
     plan.py            cells and plans (plan.json), the cells' search spaces
     run.py             the backends (tune: a study per cell; plain: run_stage) and the loop over cells; resume
     report.py, plots.py  results.csv, summary.csv, table.md and PNGs of an experiment directory
-    cli.py             the scripts' command line (`main`) and `sptune report <dir>`
+    (the scripts' command line, `main`, and `sptune report <dir>`: sptune.experiments_cli)
 """

@@ -60,8 +60,6 @@ def load_plan(experiment_dir: str | Path) -> Plan:
         raise UserError(f"{experiment_dir} is not an experiment directory (no {files.PLAN}); "
                         f"run a script in studies/ first")
     data = files.read_json(path)
-    if "study" in data:  # plan.json written before experiments had their own name
-        data["experiment"] = data.pop("study")
     data["cells"] = [cell_from_dict(c) for c in data["cells"]]
     return Plan(**data)
 
@@ -86,11 +84,11 @@ def fixed_space(values: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def repo_space(cell: Cell) -> dict[str, Any] | None:
     """The project's search_spaces/<task>/<model>.yaml as a cell space, for cells that declare none."""
-    from sptune.tune import search
+    from sptune.tune import spaces
 
     cfg = load_config(None, list(cell.overrides))
     try:
-        loaded = search.load(search.default_path(cfg.task.name, cfg.model.name))
+        loaded = spaces.load(spaces.default_path(cfg.task.name, cfg.model.name))
     except UserError:
         return None
     return {s: {"params": sp.params, "points": sp.points} for s, sp in loaded.stages.items()}
@@ -110,7 +108,7 @@ def plain_point(space: dict[str, Any] | None, stage: str) -> list[str]:
 def study_space(cell: Cell, cell_dir: Path):
     """The cell's search space as the SearchSpace of its study (every stage present, as a study requires;
     a stage the cell skips is never searched). None: the project's file for the cell's task and model."""
-    from sptune.tune import search
+    from sptune.tune import spaces
 
     if cell.space is None:
         return None
@@ -119,4 +117,4 @@ def study_space(cell: Cell, cell_dir: Path):
     data = {"task": cfg.task.name, "model": cfg.model.name, "num_samples": 1000, "max_concurrent": 2,
             "resources": {"workers": 1, "cpus_per_worker": 1, "gpus_per_worker": 0},
             "stages": {s: cell.space.get(s, filler) for s in STAGES}}
-    return search.parse(data, f"{cell_dir} (the space of cell {cell.key})")
+    return spaces.parse(data, f"{cell_dir} (the space of cell {cell.key})")

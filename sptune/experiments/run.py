@@ -47,17 +47,8 @@ log = logging.getLogger("sptune.experiments")
 def run_cell_plain(cell: Cell, cell_dir: Path) -> None:
     from sptune import train
 
-    for stage in [s for s in STAGES if s in cell.stages]:
-        run_dir = cell_dir / stage
-        if files.finished_result(run_dir) is not None:
-            continue
-        init_from = None
-        if stage == "finetune":
-            if files.finished_result(cell_dir / "pretrain")["status"] == "failed":
-                continue  # nothing to finetune; the report shows the SPT arm as failed, with the reason
-            init_from = cell_dir / "pretrain"
-        cfg = plain_config(cell, cell.space if cell.space is not None else repo_space(cell), stage)
-        train.run_stage(cfg, stage, init_from=init_from, run_dir=run_dir)
+    space = cell.space if cell.space is not None else repo_space(cell)
+    train.run_protocol(lambda stage: plain_config(cell, space, stage), cell.stages, lambda stage: cell_dir / stage)
 
 
 def plain_rows(cell: Cell, cell_dir: Path) -> list[dict[str, Any]]:
@@ -81,9 +72,10 @@ def plain_done(cell: Cell, cell_dir: Path) -> bool:
 
 # ----------------------------------------------------------------------------- tune backend
 def cell_budget(cell: Cell, backend: str, options: Options) -> list[Any]:
-    """The cell's phases as sptune.tune.budget counts them: its study's search (tune), or one run per
+    """The cell's phases as sptune.budget counts them: its study's search (tune), or one run per
     stage at the plain backend's values (plain). Nothing is written."""
-    from sptune.tune import budget, pipeline
+    from sptune import budget
+    from sptune.tune import pipeline
 
     stages = tuple(s for s in STAGES if s in cell.stages)
     if backend == "plain":

@@ -37,7 +37,7 @@ from ray.tune.search import Searcher
 
 from sptune import atomic, files, output
 from sptune.config import STAGES
-from sptune.tune import outcomes, pipeline, search, stopping_phases
+from sptune.tune import outcomes, pipeline, search, spaces, stopping_phases
 from sptune.tune.trainable import LINEAGE_KEY, stage_trainable, trial_resources
 
 log = logging.getLogger("sptune.tune")
@@ -134,8 +134,8 @@ class CellsSearcher(Searcher):
                 pipeline.set_phase(study_dir, state, phase, "skipped: no pretraining trial completed")
                 return False
         options = state["options"]
-        stage_space = search.parse({"stages": {phase: state["space"]["stages"][phase]}}).stages[phase]
-        self.remaining[f"{cell}/{phase}"] = search.trial_count(stage_space, options["num_samples"])
+        stage_space = spaces.parse({"stages": {phase: state["space"]["stages"][phase]}}).stages[phase]
+        self.remaining[f"{cell}/{phase}"] = spaces.trial_count(stage_space, options["num_samples"])
         self.subs[f"{cell}/{phase}"] = search.limit(
             search.make_searcher(stage_space, options["sampler"], options["seed"],
                                  journal=study_dir / files.OPTUNA_JOURNAL,
@@ -289,8 +289,8 @@ def total_trials(states: dict[str, dict[str, Any]]) -> int:
     """Every trial any cell may run: Tune's upper bound (the searcher says FINISHED when all cells are done)."""
     total = 0
     for state in states.values():
-        parsed = search.parse({"stages": state["space"]["stages"]}).stages
-        total += sum(search.trial_count(parsed[p], state["options"]["num_samples"])
+        parsed = spaces.parse({"stages": state["space"]["stages"]}).stages
+        total += sum(spaces.trial_count(parsed[p], state["options"]["num_samples"])
                      for p in STAGES if p not in state["phases"])
     return max(total, 1)
 

@@ -7,9 +7,12 @@ None means "the search-space file's value, else the default" (sptune.tune.pipeli
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
+from sptune.errors import UserError
 from sptune.tune.loggers import LOGGERS
+from sptune.tune.spaces import SAMPLERS
 from sptune.tune.trainable import PATHS
 
 
@@ -42,7 +45,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--asha", action=argparse.BooleanOptionalAction, default=None,
                         help="ASHA early stopping on our own step counter (default: the search space's asha block, "
                              "else on for stages of >= 8 trials whose evals meet its rungs)")
-    parser.add_argument("--sampler", choices=("auto", "brute", "tpe"),
+    parser.add_argument("--sampler", choices=SAMPLERS,
                         help="Optuna sampler (auto: brute force for categorical grids, TPE otherwise)")
     parser.add_argument("--seed", type=int, help="sampler seed")
     parser.add_argument("--max-failures", type=int, default=defaults.max_failures,
@@ -64,3 +67,17 @@ def add_options(parser: argparse.ArgumentParser) -> None:
 def from_args(args: argparse.Namespace) -> Options:
     """The Options of parsed flags (`smoke` from --smoke where the command has it)."""
     return Options(**{f.name: getattr(args, f.name) for f in fields(Options) if hasattr(args, f.name)})
+
+
+def with_values(options: Options | None, values: dict[str, Any]) -> Options:
+    """`options` (default: Options()) with fields replaced by name, checked: what sptune.api takes."""
+    unknown = set(values) - {f.name for f in fields(Options)}
+    if unknown:
+        raise UserError(f"unknown study option(s) {', '.join(sorted(unknown))}; the options are the fields of "
+                        f"sptune.tune.options.Options: {', '.join(f.name for f in fields(Options))}")
+    options = replace(options or Options(), **values)
+    if options.num_samples is not None and options.num_samples < 1:
+        raise UserError("--num-samples must be >= 1")
+    if options.time_budget_s is not None and options.time_budget_s <= 0:
+        raise UserError("--time-budget must be > 0 seconds")
+    return options

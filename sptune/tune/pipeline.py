@@ -52,7 +52,7 @@ from sptune.config import STAGES
 from sptune.config import load as load_config
 from sptune.errors import UserError
 from sptune.registry import check_names
-from sptune.tune import loggers, outcomes, resources, results, search, stopped, stopping_phases
+from sptune.tune import loggers, outcomes, resources, results, search, spaces, stopped, stopping_phases
 from sptune.tune.options import Options
 from sptune.tune.session import ray_session
 from sptune.tune.trainable import LINEAGE_KEY, PATHS, TrialSpec, choose_path, stage_trainable, trial_resources
@@ -67,7 +67,7 @@ SMOKE_SAMPLES = 2
 
 # ----------------------------------------------------------------------------- creating / loading
 def create(config_path: str | None, overrides: list[str], study_dir: str | Path, space_path: str | None = None,
-           options: Options | None = None, space: search.SearchSpace | None = None) -> dict[str, Any]:
+           options: Options | None = None, space: spaces.SearchSpace | None = None) -> dict[str, Any]:
     """Resolve and validate everything up front, then write study.json (before any Ray work).
 
     The search space is `space` when given (a paper-experiment cell builds its own), else the file
@@ -84,7 +84,7 @@ def create(config_path: str | None, overrides: list[str], study_dir: str | Path,
 
 
 def resolve(config_path: str | None, overrides: list[str], space_path: str | None = None,
-            options: Options | None = None, space: search.SearchSpace | None = None,
+            options: Options | None = None, space: spaces.SearchSpace | None = None,
             check_rungs: bool = True) -> dict[str, Any]:
     """A study's state as create() writes it, from nothing but files (no directory, no Ray): each stage's
     resolved config, the search space and the resolved options. `check_rungs=False` skips fitting ASHA's
@@ -95,7 +95,7 @@ def resolve(config_path: str | None, overrides: list[str], space_path: str | Non
     stages = {stage: check_names(load_config(config_path, overrides, stage=stage)).to_dict() for stage in STAGES}
     task, model = stages["scratch"]["task"]["name"], stages["scratch"]["model"]["name"]
     if space is None:
-        space = search.load(space_path or search.default_path(task, model))
+        space = spaces.load(space_path or spaces.default_path(task, model))
     declared = (space.task or task, space.model or model)
     if declared != (task, model):
         raise UserError(f"{space.path} is for task '{declared[0]}' / model '{declared[1]}', the config is for "
@@ -106,8 +106,8 @@ def resolve(config_path: str | None, overrides: list[str], space_path: str | Non
     resolved = resolve_options(options, space)
     try:
         for phase in STAGES if check_rungs else ():
-            if search.phase_asha(resolved, search.trial_count(space.stages[phase], resolved["num_samples"])):
-                search.check_rungs(resolved["asha"], step_budgets(stages[phase], space.stages[phase].params),
+            if spaces.phase_asha(resolved, spaces.trial_count(space.stages[phase], resolved["num_samples"])):
+                spaces.check_rungs(resolved["asha"], step_budgets(stages[phase], space.stages[phase].params),
                                    stages[phase]["optim"]["eval_every"], f"stage {phase}")
     except UserError:
         if resolved["asha_min_trials"] == 0:
@@ -134,7 +134,7 @@ def step_budgets(stage: dict[str, Any], params: dict[str, Any]) -> dict[int, int
     return {size: stage_steps(optim["max_steps"], optim["epochs"], size, n) for size in sizes}
 
 
-def resolve_options(options: Options, space: search.SearchSpace) -> dict[str, Any]:
+def resolve_options(options: Options, space: spaces.SearchSpace) -> dict[str, Any]:
     """Command-line options over the search-space file's settings over the defaults."""
     if options.train_path not in PATHS:
         raise UserError(f"--train-path {options.train_path!r}; choose one of: {', '.join(PATHS)}")
@@ -147,14 +147,14 @@ def resolve_options(options: Options, space: search.SearchSpace) -> dict[str, An
     asha = None if options.asha is False else space.asha
     asked = options.asha is not None or space.asha is not None
     if asha is None and options.asha is not False:  # --asha without settings in the file, or the default
-        asha = dict(search.DEFAULT_ASHA)
+        asha = dict(spaces.DEFAULT_ASHA)
     resolved = {
         "num_samples": SMOKE_SAMPLES if options.smoke else (options.num_samples or space.num_samples),
         "max_concurrent": options.max_concurrent or space.max_concurrent,
         "workers": int(pick(options.workers, "workers", 1)),
         "cpus_per_worker": float(pick(options.cpus_per_worker, "cpus_per_worker", 1)),
         "gpus_per_worker": float(pick(options.gpus_per_worker, "gpus_per_worker", 0)),
-        "asha": asha, "asha_min_trials": 0 if asked else search.ASHA_MIN_TRIALS, "sampler": options.sampler or space.sampler,
+        "asha": asha, "asha_min_trials": 0 if asked else spaces.ASHA_MIN_TRIALS, "sampler": options.sampler or space.sampler,
         "seed": space.seed if options.seed is None else options.seed,
         "max_failures": options.max_failures, "smoke": options.smoke, "logger": options.logger,
         "sequential_phases": options.sequential_phases,
@@ -394,14 +394,14 @@ def run_phase(study_dir: Path, state: dict[str, Any], phase: str, trainable: Cal
                                    param_space=param_space)
     else:
         options = state["options"]
-        stage_space = search.parse({"stages": {phase: state["space"]["stages"][phase]}}).stages[phase]
-        trials = search.trial_count(stage_space, options["num_samples"])
+        stage_space = spaces.parse({"stages": {phase: state["space"]["stages"][phase]}}).stages[phase]
+        trials = spaces.trial_count(stage_space, options["num_samples"])
         tuner = ray_tune.Tuner(fn, param_space=param_space, tune_config=ray_tune.TuneConfig(
             search_alg=search.limit(search.make_searcher(stage_space, options["sampler"], options["seed"],
                                                          journal=study_dir / files.OPTUNA_JOURNAL,
                                                          study_name=search.optuna_study_name(study_dir, phase)),
                                     options["max_concurrent"]),
-            scheduler=search.make_scheduler(search.phase_asha(options, trials)),
+            scheduler=search.make_scheduler(spaces.phase_asha(options, trials)),
             num_samples=trials, reuse_actors=True,
             trial_name_creator=partial(_trial_name, phase),
             trial_dirname_creator=partial(_trial_name, phase)),

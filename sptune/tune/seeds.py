@@ -6,7 +6,7 @@
 
 Layout: <dir>/seeds.json (what was asked), <dir>/seed-<s>/ one complete study directory per seed
 (its own study.json, trials, results.csv; `run.seed=<s>` appended to the overrides), and the
-summary files of sptune.seeds. Each seed's study is exactly the single-seed protocol; this layer only
+summary files (the pairs and statistics of sptune.pairs). Each seed's study is exactly the single-seed protocol; this layer only
 loops over seeds, shares one Ray instance among them and writes the paired statistics.
 """
 
@@ -17,9 +17,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
-from sptune import atomic, files, seeds
+from sptune import atomic, files, pairs
+from sptune.atomic import write_text as write_text_atomic
+from sptune.config import STAGES
 from sptune.errors import UserError
-from sptune.tune import pipeline, session
+from sptune.tune import pipeline, results, session
 from sptune.tune.options import Options
 
 
@@ -40,7 +42,7 @@ def create(config_path: str, overrides: list[str], parent: str | Path, seed_list
     spec = {"version": 1, "config": str(config_path), "overrides": list(overrides), "seeds": list(seed_list),
             "search_space": space_path, "options": asdict(options), "created": time.time()}
     for seed in seed_list:
-        pipeline.create(config_path, [*overrides, f"run.seed={seed}"], parent / seeds.seed_dir_name(seed),
+        pipeline.create(config_path, [*overrides, f"run.seed={seed}"], parent / seed_dir_name(seed),
                         space_path, options)
     atomic.write_json(parent / files.SEEDS, spec)
     return spec
@@ -56,5 +58,68 @@ def run(parent: str | Path, address: str | None = None, verbose: int = 1,
         for seed in spec["seeds"]:
             if on_seed is not None:
                 on_seed(seed)
-            pipeline.run(parent / seeds.seed_dir_name(seed), address=address, verbose=verbose)
-    return seeds.report(parent, wall_seconds=(spec.get("wall_seconds") or 0.0) + time.perf_counter() - start)
+            pipeline.run(parent / seed_dir_name(seed), address=address, verbose=verbose)
+    return report(parent, wall_seconds=(spec.get("wall_seconds") or 0.0) + time.perf_counter() - start)
+
+
+# ----------------------------------------------------------------------------- a multi-seed study directory
+def is_seeds_dir(path: str | Path) -> bool:
+    return (Path(path) / files.SEEDS).is_file()
+
+
+def study_pair(seed: int, study_dir: Path) -> tuple[pairs.Pair, str | None]:
+    """One seed's pair from its study directory (sptune.tune.results: each stage's selected trial)."""
+    if not (study_dir / files.STUDY).is_file():
+        return pairs.Pair(seed, None, None, status="not started"), None
+    rows = results.collect(study_dir)
+    best = {stage: results.best_row(rows, stage)[0] for stage in STAGES}
+    metric = (best["scratch"] or best["finetune"] or {}).get("metric")
+    state = results.study_state(study_dir)
+    missing = [s for s in ("finetune", "scratch") if best[s] is None]
+    phases = state.get("phases", {})
+    status = "completed" if not missing else (
+        ("no completed " + "/".join(missing) + " trial; phases: " + ", ".join(f"{k} {v}" for k, v in phases.items()))
+        if phases else "not run yet")
+    seconds = sum(r.get("device_seconds") or 0.0 for r in rows)
+    get = lambda stage, key: (best[stage] or {}).get(key)  # noqa: E731
+    return pairs.Pair(seed, get("finetune", "test_metric"), get("scratch", "test_metric"), get("finetune", "best_val"),
+                get("scratch", "best_val"), get("pretrain", "best_val"), seconds, status,
+                **pairs.convergence("spt", results.run_result(best["finetune"])),
+                **pairs.convergence("scratch", results.run_result(best["scratch"]))), metric
+
+
+def report(parent: str | Path, wall_seconds: float | None = None, plot_path: str | Path | None = None
+           ) -> dict[str, Any]:
+    """Rebuild seeds.md, seeds.csv, seeds.png and summary.json of a multi-seed study from its seed studies
+    (`plot_path`: the plot once more at that path)."""
+
+    parent = Path(parent).resolve()
+    spec = files.read_json(parent / files.SEEDS)
+    seed_pairs, metric = [], None
+    for seed in spec["seeds"]:
+        pair, m = study_pair(seed, parent / seed_dir_name(seed))
+        seed_pairs.append(pair)
+        metric = metric or m
+    if wall_seconds is not None:  # the run that just finished: keep its wall time for later reports
+        spec["wall_seconds"] = wall_seconds
+        atomic.write_json(parent / files.SEEDS, spec)
+    title = f"{Path(spec['config']).name}" + (f" {' '.join(spec['overrides'])}" if spec.get("overrides") else "")
+    text = pairs.table(seed_pairs, metric, title=f"multi-seed study {parent} ({title})")
+    if spec.get("wall_seconds"):
+        text += f"\nwall time of the multi-seed study: {spec['wall_seconds'] / 60:.1f} min"
+    p = pairs.paired(seed_pairs)
+    summary = {"config": spec["config"], "overrides": spec.get("overrides", []), "seeds": spec["seeds"],
+               "metric": metric, "pairs": [asdict(q) | {"gain": q.gain} for q in seed_pairs],
+               "paired_gain": p.to_dict() if p else None, "wall_seconds": spec.get("wall_seconds")}
+    atomic.write_json(parent / files.SEEDS_SUMMARY, summary)
+    write_text_atomic(parent / files.SEEDS_TABLE, "```\n" + text + "\n```\n\n![seeds](seeds.png)\n")
+    paths = {"table": parent / files.SEEDS_TABLE, "csv": pairs.write_csv(seed_pairs, parent / files.SEEDS_CSV),
+             "plot": pairs.plot(seed_pairs, metric, parent / files.SEEDS_PLOT, title=title), "summary": parent / files.SEEDS_SUMMARY,
+             "text": text, "paired": p}
+    if plot_path is not None:
+        paths["extra_plot"] = pairs.plot(seed_pairs, metric, Path(plot_path), title=title)
+    return paths
+
+
+def seed_dir_name(seed: int) -> str:
+    return f"seed-{seed}"

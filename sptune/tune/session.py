@@ -35,12 +35,32 @@ TAG_ENV = "SPTUNE_RAY_TAG"  # marks every process of a directory's local Ray ins
 
 
 @contextmanager
+def joined_cluster(address: str) -> Iterator[None]:
+    """A running Ray cluster, joined for work that has no run directory (`sptune doctor --address`) and
+    left on exit; a session already initialized is used as it is and left running."""
+    import ray
+
+    if ray.is_initialized():
+        yield
+        return
+    try:
+        ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise UserError(f"cannot reach a Ray cluster at {address} ({str(exc).strip().splitlines()[0]}); start one "
+                        f"(`ray start --head`) or run without --address to check this machine") from None
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+@contextmanager
 def ray_session(run_dir: str | Path, address: str | None = None) -> Iterator[None]:
     """Ray for the work of `run_dir`: the instance already initialized, else `address`, else a tagged local one."""
     import ray
 
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
-    # A snapshot of the experiment is forced at every checkpoint (num_to_keep=1): wanted, not a warning.
+    # Ray Train's checkpoints (the train path) force an experiment snapshot each (num_to_keep=1): wanted.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     # Ctrl-C must raise, not end Tune's loop "normally": a phase that returns is marked done.
     os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
@@ -79,10 +99,8 @@ def check_driver(run_dir: str | Path) -> None:
         return
     driver = files.read_json(path)
     pid, running = driver["pid"], _cmdline(driver["pid"])
-    # The recorded command line tells a live driver from an unrelated process that reuses its pid
-    # (driver.json of older versions has none: any sptune process then counts).
-    same = running == driver["cmdline"] if driver.get("cmdline") else "sptune" in running
-    if pid != os.getpid() and running and same:
+    # The recorded command line tells a live driver from an unrelated process that reuses its pid.
+    if pid != os.getpid() and running and running == driver["cmdline"]:
         raise UserError(f"{run_dir} is still in use by a running driver (pid {pid}); stop it first "
                         f"(Ctrl-C or kill {pid}), then rerun or resume")
 

@@ -20,11 +20,10 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from sptune import files, output
+from sptune import files, output, study_cli
 from sptune.errors import UserError
 from sptune.experiments.plan import BACKENDS, Plan
 from sptune.experiments.run import CellProgress, cell_done, run_experiment
-from sptune.tune import cli as tune_cli
 from sptune.tune import options as search_options
 
 
@@ -42,7 +41,7 @@ def parse_args(description: str, argv: list[str] | None = None,
     parser.add_argument("--plan", action="store_true",
                         help="print the budget instead of running: trials per cell and phase, FLOPs, device-hours "
                              "here and on --gpu (nothing trains, no directory is made)")
-    tune_cli.budget_flags(parser)
+    study_cli.budget_flags(parser)
     group = parser.add_argument_group("tune backend (the options of `sptune study`)")
     search_options.add_options(group)
     if extra is not None:
@@ -103,9 +102,9 @@ def main(experiment: str, build_plan: Callable[[argparse.Namespace], Plan], desc
 
 # ----------------------------------------------------------------------------- sptune report
 def print_budget(plan: Plan, options: search_options.Options, args: argparse.Namespace) -> None:
-    """The experiment's budget (sptune.tune.budget), cell by cell, before anything trains."""
+    """The experiment's budget (sptune.budget), cell by cell, before anything trains."""
     from sptune.experiments.run import cell_budget
-    from sptune.tune import budget
+    from sptune import budget
 
     phases = [phase for cell in plan.cells for phase in cell_budget(cell, plan.backend, options)]
     title = f"plan of {plan.experiment}: {len(plan.cells)} cells, backend {plan.backend}; nothing trains"
@@ -130,10 +129,11 @@ def register(subparsers) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from sptune import api, seeds
+    from sptune import api
+    from sptune.tune import seeds as tune_seeds
 
-    if seeds.is_seeds_dir(args.study_dir):  # `sptune study --seeds ...`: the paired summary and its plot
-        out = seeds.report(args.study_dir, plot_path=args.plot)
+    if tune_seeds.is_seeds_dir(args.study_dir):  # `sptune study --seeds ...`: the paired summary and its plot
+        out = tune_seeds.report(args.study_dir, plot_path=args.plot)
         print(out["text"])
         print(f"table: {out['table']}\nper seed: {out['csv']}\nplot:  {out['plot']}")
         return 0

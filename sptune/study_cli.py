@@ -95,13 +95,13 @@ def cmd_study(args: argparse.Namespace) -> int:
 
     study_dir = Path(args.dir) if args.dir else api.default_dir(args.config, args.smoke, bool(args.seeds))
     return _interruptible(study_dir, lambda: api.run_study(
-        args.config, args.overrides, study_dir, search_space=args.search_space, address=args.address,
-        output=args.output, seeds=args.seeds, **vars(options.from_args(args))))
+        args.config, args.overrides, study_dir, search_space=args.search_space, options=options.from_args(args),
+        address=args.address, output=args.output, seeds=args.seeds))
 
 
 def budget_flags(parser: argparse.ArgumentParser) -> None:
     """The flags of `sptune plan` and of the experiment scripts' --plan."""
-    from sptune.tune import budget
+    from sptune import budget
 
     parser.add_argument("--gpu", choices=sorted(budget.GPU_PEAK_TFLOPS), default=budget.DEFAULT_GPU,
                         help="GPU to project device-hours on (its datasheet peak for the config's precision)")
@@ -112,7 +112,8 @@ def budget_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from sptune.tune import budget, pipeline
+    from sptune import budget
+    from sptune.tune import pipeline
 
     state = pipeline.resolve(args.config, args.overrides, args.search_space, options.from_args(args),
                              check_rungs=False)
@@ -136,7 +137,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def _interruptible(study_dir: Path, run: Callable[[], Path]) -> int:
     """Run the study; exit 0 when every stage has a completed trial (every seed paired, for a multi-seed
     study), 1 otherwise, 130 on Ctrl-C."""
-    from sptune import seeds
+    from sptune.tune import seeds as tune_seeds
     from sptune.tune import results
 
     try:
@@ -145,21 +146,21 @@ def _interruptible(study_dir: Path, run: Callable[[], Path]) -> int:
         print(f"sptune: interrupted; continue with `sptune resume {study_dir.resolve()}` "
               f"(log: {study_dir.resolve() / files.STUDY_LOG})", file=sys.stderr)
         return 130
-    if seeds.is_seeds_dir(study_dir):  # every seed paired (its SPT and scratch arms both completed)
+    if tune_seeds.is_seeds_dir(study_dir):  # every seed paired (its SPT and scratch arms both completed)
         spec = files.read_json(study_dir / files.SEEDS)
-        paired = seeds.report(study_dir)["paired"]
+        paired = tune_seeds.report(study_dir)["paired"]
         return 0 if paired is not None and paired.n == len(spec["seeds"]) else 1
     rows = results.collect(study_dir)
     return 0 if all(results.best_row(rows, s)[0] for s in STAGES) else 1
 
 
 def cmd_results(args: argparse.Namespace) -> int:
-    from sptune import seeds
+    from sptune.tune import seeds as tune_seeds
     from sptune.tune import results
 
     study_dir = Path(args.study_dir)
-    if seeds.is_seeds_dir(study_dir):
-        print(seeds.report(study_dir)["text"])
+    if tune_seeds.is_seeds_dir(study_dir):
+        print(tune_seeds.report(study_dir)["text"])
         return 0
     if not (study_dir / files.STUDY).is_file():
         raise UserError(f"{study_dir} is not a study directory (no {files.STUDY})")

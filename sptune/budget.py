@@ -1,6 +1,6 @@
 """Budget before paying: what a study (or every cell of an experiment) will cost, before anything trains.
 
-For each phase: the number of trials the search space gives it (search.trial_count), the optimizer
+For each phase: the number of trials the search space gives it (spaces.trial_count), the optimizer
 steps of each trial (data.stage_steps, as the trainer resolves them), and FLOPs counted on a meta copy
 of the trial's model (sptune.flops, the same count result.json reports): training = FLOPs per example x
 examples seen, evaluation = one validation pass every eval_every steps and at the end, plus the single
@@ -76,14 +76,14 @@ def example_inputs(task: Any) -> tuple[torch.Tensor, torch.Tensor]:
 @lru_cache(maxsize=None)
 def model_flops(cfg_key: str, phase: str) -> Any:
     """sptune.flops.Flops of the phase's model (cached: grid points differ in lr and batch, not shape)."""
-    from sptune import flops, train
+    from sptune import flops, runs, train
     from sptune.build import build_pretrain_model, build_task_model
     from sptune.data import step_draw
     from sptune.registry import get_task
 
     cfg = from_dict(json.loads(cfg_key))
     task = get_task(cfg.task.name)
-    cfg = train.resolve(cfg, task, phase)
+    cfg = runs.resolve(cfg, task, phase)
     x, lengths = example_inputs(task)
     if phase == "pretrain":
         masked_continuous = cfg.objective.kind == "masked" and task.input_kind == "continuous"
@@ -126,10 +126,10 @@ def _key(cfg: Config) -> str:
 # ----------------------------------------------------------------------------- one study
 def study_budget(state: dict[str, Any], cell: str = "", phases: tuple[str, ...] = STAGES) -> list[PhaseBudget]:
     """The phases of a resolved study (pipeline.resolve's state), each summed over its trials."""
-    from sptune.tune import search
+    from sptune.tune import spaces
 
-    space = search.parse({"stages": state["space"]["stages"]}, state["space"]["path"])
-    return [phase_budget(state["stages"][phase], phase, search.trial_count(space.stages[phase],
+    space = spaces.parse({"stages": state["space"]["stages"]}, state["space"]["path"])
+    return [phase_budget(state["stages"][phase], phase, spaces.trial_count(space.stages[phase],
                          state["options"]["num_samples"]), shape_points(space.stages[phase].params), cell)
             for phase in phases]
 

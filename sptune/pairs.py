@@ -19,10 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from sptune.config import STAGES
-from sptune import atomic, files, stats
-from sptune.atomic import write_text as write_text_atomic
-
+from sptune import atomic, stats
 
 
 @dataclass
@@ -162,7 +159,7 @@ def write_csv(pairs: Sequence[Pair], path: Path) -> Path:
     writer.writeheader()
     for p in pairs:
         writer.writerow({**asdict(p), "gain": p.gain})
-    write_text_atomic(Path(path), out.getvalue())
+    atomic.write_text(Path(path), out.getvalue())
     return Path(path)
 
 
@@ -212,68 +209,3 @@ def plot(pairs: Sequence[Pair], metric: str | None, path: Path, title: str = "")
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
-
-
-# ----------------------------------------------------------------------------- a multi-seed study directory
-def is_seeds_dir(path: str | Path) -> bool:
-    return (Path(path) / files.SEEDS).is_file()
-
-
-def study_pair(seed: int, study_dir: Path) -> tuple[Pair, str | None]:
-    """One seed's pair from its study directory (sptune.tune.results: each stage's selected trial)."""
-    from sptune.tune import results
-
-    if not (study_dir / files.STUDY).is_file():
-        return Pair(seed, None, None, status="not started"), None
-    rows = results.collect(study_dir)
-    best = {stage: results.best_row(rows, stage)[0] for stage in STAGES}
-    metric = (best["scratch"] or best["finetune"] or {}).get("metric")
-    state = results.study_state(study_dir)
-    missing = [s for s in ("finetune", "scratch") if best[s] is None]
-    phases = state.get("phases", {})
-    status = "completed" if not missing else (
-        ("no completed " + "/".join(missing) + " trial; phases: " + ", ".join(f"{k} {v}" for k, v in phases.items()))
-        if phases else "not run yet")
-    seconds = sum(r.get("device_seconds") or 0.0 for r in rows)
-    get = lambda stage, key: (best[stage] or {}).get(key)  # noqa: E731
-    return Pair(seed, get("finetune", "test_metric"), get("scratch", "test_metric"), get("finetune", "best_val"),
-                get("scratch", "best_val"), get("pretrain", "best_val"), seconds, status,
-                **convergence("spt", results.run_result(best["finetune"])),
-                **convergence("scratch", results.run_result(best["scratch"]))), metric
-
-
-def report(parent: str | Path, wall_seconds: float | None = None, plot_path: str | Path | None = None
-           ) -> dict[str, Any]:
-    """Rebuild seeds.md, seeds.csv, seeds.png and summary.json of a multi-seed study from its seed studies
-    (`plot_path`: the plot once more at that path)."""
-
-    parent = Path(parent).resolve()
-    spec = files.read_json(parent / files.SEEDS)
-    pairs, metric = [], None
-    for seed in spec["seeds"]:
-        pair, m = study_pair(seed, parent / seed_dir_name(seed))
-        pairs.append(pair)
-        metric = metric or m
-    if wall_seconds is not None:  # the run that just finished: keep its wall time for later reports
-        spec["wall_seconds"] = wall_seconds
-        atomic.write_json(parent / files.SEEDS, spec)
-    title = f"{Path(spec['config']).name}" + (f" {' '.join(spec['overrides'])}" if spec.get("overrides") else "")
-    text = table(pairs, metric, title=f"multi-seed study {parent} ({title})")
-    if spec.get("wall_seconds"):
-        text += f"\nwall time of the multi-seed study: {spec['wall_seconds'] / 60:.1f} min"
-    p = paired(pairs)
-    summary = {"config": spec["config"], "overrides": spec.get("overrides", []), "seeds": spec["seeds"],
-               "metric": metric, "pairs": [asdict(q) | {"gain": q.gain} for q in pairs],
-               "paired_gain": p.to_dict() if p else None, "wall_seconds": spec.get("wall_seconds")}
-    atomic.write_json(parent / files.SEEDS_SUMMARY, summary)
-    write_text_atomic(parent / files.SEEDS_TABLE, "```\n" + text + "\n```\n\n![seeds](seeds.png)\n")
-    paths = {"table": parent / files.SEEDS_TABLE, "csv": write_csv(pairs, parent / files.SEEDS_CSV),
-             "plot": plot(pairs, metric, parent / files.SEEDS_PLOT, title=title), "summary": parent / files.SEEDS_SUMMARY,
-             "text": text, "paired": p}
-    if plot_path is not None:
-        paths["extra_plot"] = plot(pairs, metric, Path(plot_path), title=title)
-    return paths
-
-
-def seed_dir_name(seed: int) -> str:
-    return f"seed-{seed}"

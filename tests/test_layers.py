@@ -1,0 +1,117 @@
+"""The import graph of sptune: imports point down the layers only, function-level imports included, and
+form no circle (docs/architecture.md). Read from the source with `ast`, so a lazy import counts too."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "sptune"
+
+# Bottom to top. A module belongs to the first entry that is its name or a package above it.
+LAYERS = [
+    ["sptune.errors", "sptune.files", "sptune.atomic", "sptune.config", "sptune.stats", "sptune.selection",
+     "sptune.multiplier", "sptune.output", "sptune.flops", "sptune.pairs", "sptune.fingerprint",
+     "sptune.checkpoints"],  # pure helpers: no task, model, training or Ray code
+    ["sptune.tasks", "sptune.models", "sptune.objectives"],
+    ["sptune.registry", "sptune.build", "sptune.data", "sptune.baselines", "sptune.runs"],
+    ["sptune.train_setup", "sptune.train"],  # the stage functions, no Ray
+    ["sptune.tune"],  # the Ray layer
+    ["sptune.experiments", "sptune.doctor", "sptune.budget"],
+    ["sptune.api"],
+    ["sptune.cli", "sptune.data_cli", "sptune.study_cli", "sptune.experiments_cli", "sptune"],  # command lines
+]
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def layer_of(module: str) -> int:
+    for index, names in enumerate(LAYERS):
+        if any(module == n or (module.startswith(n + ".") and n != "sptune") for n in names):
+            return index
+    raise AssertionError(f"{module} is in no layer of tests/test_layers.py: add it")
+
+
+def imports_of(module: str) -> set[str]:
+    """The sptune modules `module` imports anywhere in its file (top level or inside functions)."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names}
+    return {m for m in found if m in MODULES and m != module}
+
+
+GRAPH = {module: imports_of(module) for module in MODULES}
+
+
+def upward(graph: dict[str, set[str]]) -> list[str]:
+    return [f"{a} -> {b}" for a, targets in sorted(graph.items()) for b in sorted(targets) if layer_of(b) > layer_of(a)]
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every import circle, one path each (depth-first search over the graph)."""
+    found, state = [], {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = "open"
+        for target in sorted(graph[node]):
+            if state.get(target) == "open":
+                found.append(path[path.index(target):] + [target])
+            elif target not in state:
+                visit(target, path + [target])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    return found
+
+
+def test_every_module_has_a_layer():
+    for module in MODULES:
+        layer_of(module)
+
+
+def test_no_import_points_up_a_layer():
+    assert upward(GRAPH) == []
+
+
+def test_no_import_circle():
+    assert circles(GRAPH) == []
+
+
+@pytest.mark.parametrize("low, high", [("sptune.tune.results", "sptune.api"), ("sptune.train", "sptune.tune.trainable")])
+def test_the_check_sees_a_function_level_import_that_points_up(low, high):
+    """The checks catch what they are for: an upward import added inside a function, and the circle it makes."""
+    graph = {module: set(targets) for module, targets in GRAPH.items()}
+    graph[low].add(high)
+    assert upward(graph) == [f"{low} -> {high}"]
+    assert circles(graph)  # the module above imports it back, directly or through others
+
+
+def test_imports_inside_functions_are_read():
+    assert "sptune.tune.pipeline" in imports_of("sptune.study_cli")  # imported only inside cmd_plan and others
+
+
+def test_reading_a_search_space_imports_neither_ray_nor_optuna():
+    """The search-space format (sptune.tune.spaces) is separate from Tune's searcher (sptune.tune.search)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from sptune.tune import spaces; spaces.load(spaces.default_path('shapes-tiny', 'transformer')); "
+            "print(sorted(m for m in ('ray', 'optuna') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PACKAGE.parent, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr[-2000:]
