@@ -97,7 +97,7 @@ def _run(study_dir: Path, address: str | None, mode: str, header: list[str], ret
          time_budget_s: float | None = None) -> Path:
     from sptune import output
     from sptune.tune import results
-    from sptune.tune import curves, pipeline, plots
+    from sptune.tune import curves, pipeline, search_plots
 
     log_path = study_dir / files.STUDY_LOG
     with output.captured(log_path, echo=mode == "verbose", show_trials=mode != "quiet") as console:
@@ -109,9 +109,9 @@ def _run(study_dir: Path, address: str | None, mode: str, header: list[str], ret
                             time_budget_s=time_budget_s)
         console.line()
         console.line(results.summary(study_dir, rows))
-        pngs = plots.write(study_dir) + [p for p in [curves.write(study_dir, rows)] if p is not None]
+        pngs = search_plots.write(study_dir) + [p for p in [curves.write(study_dir, rows)] if p is not None]
         console.line(f"Optuna: optuna-dashboard {study_dir / files.OPTUNA_JOURNAL}   plots: "
-                     f"{study_dir / plots.PLOTS_DIR}/ ({len(pngs)} PNG)")
+                     f"{study_dir / search_plots.PLOTS_DIR}/ ({len(pngs)} PNG)")
         console.line(f"log: {log_path}")
     return study_dir
 
@@ -138,13 +138,13 @@ def report(study_dir: str | Path) -> tuple[str, list[Path]]:
     """A study's summary table, its Optuna plots and its learning curves, from its run directories and
     journal (no training); rewrites results.csv."""
     from sptune.tune import results
-    from sptune.tune import curves, pipeline, plots
+    from sptune.tune import curves, pipeline, search_plots
 
     study_dir = Path(pipeline.load_state(study_dir)["dir"])
     rows = results.collect(study_dir)
     results.write_csv(rows, study_dir / files.RESULTS_CSV)
     curve = curves.write(study_dir, rows)
-    return results.summary(study_dir, rows), plots.write(study_dir) + ([curve] if curve else [])
+    return results.summary(study_dir, rows), search_plots.write(study_dir) + ([curve] if curve else [])
 
 
 # ----------------------------------------------------------------------------- results as DataFrames

@@ -11,6 +11,6 @@ plain run per stage (plain backend).
     kernel_analysis.py K_max(l) of SSM kernels (§3.6)
     plan.py            cells and plans (plan.json), the cells' search spaces
     run.py             the backends (tune: a study per cell; plain: run_stage) and the loop over cells; resume
-    report.py, plots.py  results.csv, summary.csv, table.md and PNGs of an experiment directory
+    report.py, figures.py  results.csv, summary.csv, table.md and PNGs of an experiment directory
     (the scripts' command line, `main`, and `sptune report <dir>`: sptune.experiments_cli)
 """

@@ -27,7 +27,7 @@ from typing import Any
 from sptune import atomic, files, multiplier, stats
 from sptune.config import load as load_config
 from sptune.atomic import write_text as write_text_atomic
-from sptune.experiments import architectures, plots
+from sptune.experiments import architectures, figures
 from sptune.experiments.plan import Plan, load_plan
 from sptune.experiments.run import cell_columns, experiment_rows
 from sptune.tune import results
@@ -339,18 +339,18 @@ def write(experiment_dir: str | Path) -> dict[str, Any]:
     if kind == "kernels":
         table, per_task = kernel_table(experiment_dir, arm_rows)
         lines += ["## K_max decay per layer (§3.6, Figure 4)", "", table, ""]
-        pngs += plots.kernels(per_task, experiment_dir)
+        pngs += figures.kernels(per_task, experiment_dir)
     elif kind == "fraction":
         lines += ["## Test metric vs training-data fraction (§3.4, Figure 3)", "", fraction_table(arm_rows, layout),
                   ""]
-        pngs.append(plots.fractions(arm_rows, experiment_dir / "fractions.png", data_multipliers(arm_rows)))
+        pngs.append(figures.fractions(arm_rows, experiment_dir / "fractions.png", data_multipliers(arm_rows)))
     else:
         lines += [f"## {layout.get('heading', 'Results')}", "", grid_table(arm_rows, layout), ""]
         if layout.get("architectures"):  # the 2 x 2 of paper Table 1: gains, gaps, baselines
             summary_lines = architectures.lines(arm_rows, layout) + architectures.boundary_lines(plan, rows)
             lines += summary_lines
         for name in layout.get("plots", []):
-            pngs.append(getattr(plots, name)(arm_rows, layout, experiment_dir / f"{name}.png"))
+            pngs.append(getattr(figures, name)(arm_rows, layout, experiment_dir / f"{name}.png"))
     failed = [a for a in arm_rows if a["status"] != "completed"]
     if failed:
         lines += ["Not completed: " + ", ".join(f"{a['cell']}/{a['arm']} ({a['status']})" for a in failed), ""]

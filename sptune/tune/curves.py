@@ -17,7 +17,7 @@ from typing import Any
 
 from sptune.atomic import replacing
 from sptune.tune import results
-from sptune.tune.plots import PLOTS_DIR
+from sptune.tune.search_plots import PLOTS_DIR
 
 CURVES_PNG = "learning-curves.png"
 ARMS = (("scratch", "scratch", "tab:gray"), ("finetune", "SPT (pretrain → finetune)", "tab:blue"))
