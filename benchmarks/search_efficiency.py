@@ -184,7 +184,7 @@ def share_to_reach(events: list[tuple[float, float | None]], target: float, grid
 
 def default_method() -> str:
     """What a study runs on this grid by default: the sampler and ASHA that resolve_options picks."""
-    from sptune.tune import pipeline, search, spaces
+    from sptune.tune import pipeline, spaces
 
     space = spaces.parse({"stages": {"scratch": {"params": GRID}}}, "<benchmark grid>")
     options = pipeline.resolve_options(pipeline.Options(num_samples=len(spaces.grid_points(space.stages["scratch"]))),

@@ -65,7 +65,7 @@ def compare_once(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
 def compare_seeds(args: argparse.Namespace) -> int:
     """`compare --seeds 0 1 2`: the single-seed comparison once per seed (run.seed=S, default run names carry
-    the seed), then the paired gain over seeds with its 95% Student-t interval (sptune.seeds / sptune.stats)."""
+    the seed), then the paired gain over seeds with its 95% Student-t interval (sptune.pairs / sptune.stats)."""
     import time
 
     from sptune import pairs
