@@ -134,15 +134,18 @@ def _run_seeds(parent: Path, address: str | None, mode: str, header: list[str]) 
     return parent
 
 
-def report(study_dir: str | Path) -> tuple[str, list[Path]]:
-    """A study's summary table, its Optuna plots and its learning curves, from its run directories and
-    journal (no training); rewrites results.csv."""
-    from sptune.tune import results
-    from sptune.tune import curves, pipeline, search_plots
+def report(study_dir: str | Path, plots: bool = True) -> tuple[str, list[Path]]:
+    """A study's summary table and (`plots`) its Optuna plots and learning curves, from its run
+    directories and journal (no training); rewrites results.csv. `sptune report` and `sptune results`."""
+    from sptune.tune import curves, results, search_plots
 
-    study_dir = Path(pipeline.load_state(study_dir)["dir"])
+    study_dir = Path(study_dir).resolve()
+    if not (study_dir / files.STUDY).is_file():
+        raise UserError(f"{study_dir} is not a study directory (no {files.STUDY})")
     rows = results.collect(study_dir)
     results.write_csv(rows, study_dir / files.RESULTS_CSV)
+    if not plots:
+        return results.summary(study_dir, rows), []
     curve = curves.write(study_dir, rows)
     return results.summary(study_dir, rows), search_plots.write(study_dir) + ([curve] if curve else [])
 

@@ -23,7 +23,6 @@ from typing import Callable
 
 from sptune import files
 from sptune.config import STAGES
-from sptune.errors import UserError
 from sptune.tune import options
 
 
@@ -67,7 +66,8 @@ def register(subparsers) -> None:
     budget_flags(plan)
     plan.set_defaults(func=cmd_plan)
 
-    res = subparsers.add_parser("results", help="a study's summary table; rewrites <study dir>/results.csv")
+    res = subparsers.add_parser("results", help="a study's summary table, with <study dir>/results.csv rewritten from "
+                                                "its run directories (`sptune report` also draws the plots)")
     res.add_argument("study_dir")
     res.set_defaults(func=cmd_results)
 
@@ -155,16 +155,13 @@ def _interruptible(study_dir: Path, run: Callable[[], Path]) -> int:
 
 
 def cmd_results(args: argparse.Namespace) -> int:
+    """`sptune report` without the plots: the same code path (sptune.api.report)."""
+    from sptune import api
     from sptune.tune import seeds as tune_seeds
-    from sptune.tune import results
 
     study_dir = Path(args.study_dir)
     if tune_seeds.is_seeds_dir(study_dir):
         print(tune_seeds.report(study_dir)["text"])
         return 0
-    if not (study_dir / files.STUDY).is_file():
-        raise UserError(f"{study_dir} is not a study directory (no {files.STUDY})")
-    rows = results.collect(study_dir)
-    results.write_csv(rows, study_dir / files.RESULTS_CSV)
-    print(results.summary(study_dir, rows))
+    print(api.report(study_dir, plots=False)[0])
     return 0
