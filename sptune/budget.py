@@ -98,15 +98,15 @@ def model_flops(cfg_key: str, phase: str) -> Any:
 
 def trial_cost(cfg: Config, phase: str, sizes: dict[str, int]) -> tuple[int, float, float]:
     """(steps, training FLOPs, evaluation FLOPs) of one trial."""
-    from sptune.data import fraction_size, stage_steps
+    from sptune.data import examples_seen, fraction_size, stage_steps
 
     n_train = fraction_size(sizes["train"], cfg.task.train_fraction)
     steps = stage_steps(cfg.optim.max_steps, cfg.optim.epochs, cfg.optim.batch_size, n_train)
     # Only the shapes matter: one count per model and task, whatever the trial's lr, batch size or seed.
     shape_only = dataclasses.replace(cfg, optim=type(cfg.optim)(), run=type(cfg.run)())
     cost = model_flops(_key(shape_only), phase)
-    examples = steps * cfg.optim.batch_size * cfg.optim.accumulate
-    train_flops = cost.train(examples, steps * cfg.optim.accumulate)
+    # optim.accumulate splits each batch into micro-batches: the same examples, `accumulate` model calls.
+    train_flops = cost.train(examples_seen(n_train, cfg.optim.batch_size, steps), steps * cfg.optim.accumulate)
     evals = steps // cfg.optim.eval_every + (1 if steps % cfg.optim.eval_every else 0)
     eval_flops = evals * pass_flops(cost, sizes["val"], cfg.task.max_val_examples, cfg.optim.batch_size) + \
         pass_flops(cost, sizes["test"], cfg.task.max_test_examples, cfg.optim.batch_size)

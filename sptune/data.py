@@ -60,6 +60,13 @@ def train_batch_size(n: int, batch_size: int, step: int) -> int:
     return min(batch_size, n - pos * batch_size)
 
 
+def examples_seen(n: int, batch_size: int, steps: int) -> int:
+    """Training examples in the first `steps` steps: the sum of train_batch_size, in closed form (whole
+    epochs see all n examples; within an epoch every batch but the last is full)."""
+    epochs, rest = divmod(steps, steps_per_epoch(n, batch_size))
+    return epochs * n + rest * batch_size
+
+
 def step_draw(seed: int, step: int) -> MaskDraw:
     """The masking draw of optimizer step `step`: one RNG per (seed, step)."""
     generator = torch.Generator().manual_seed(seed * 1_000_033 + step + 7)

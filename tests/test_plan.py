@@ -16,11 +16,14 @@ TINY = ["model.d_model=16", "model.n_layers=1", "model.n_heads=2", "model.d_ff=1
         "task.max_test_examples=16", "optim.eval_every=2", "optim.batch_size=8"]
 
 
-@pytest.mark.parametrize("max_steps", [5, 6])  # validation at steps 2, 4 and 5 / 2, 4 and 6; then one test pass
-def test_the_plan_of_a_trial_is_what_its_run_reports(tmp_path, max_steps):
+# Validation at steps 2, 4 and 5 / 2, 4 and 6, then one test pass; 20 training examples (0.5%) make the
+# epoch's last batch short (8, 8, 4), and accumulation makes more model calls than steps.
+@pytest.mark.parametrize("max_steps, extra", [(5, []), (6, []),
+                                              (5, ["task.train_fraction=0.005", "optim.accumulate=2"])])
+def test_the_plan_of_a_trial_is_what_its_run_reports(tmp_path, max_steps, extra):
     """The FLOPs the plan projects for a trial are the FLOPs the trainer counts when it runs."""
     overrides = ["task.name=listops-mini", *TINY, f"optim.max_steps={max_steps}", "run.progress=false",
-                 f"run.out_dir={tmp_path}"]
+                 f"run.out_dir={tmp_path}", *extra]
     cfg = config.load(None, overrides, stage="scratch")
     result = train.scratch(cfg)
     steps, train_flops, eval_flops = budget.trial_cost(cfg, "scratch", {"train": 4000, "val": 500, "test": 500})
