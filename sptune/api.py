@@ -65,7 +65,7 @@ def run_study(config: str | Path, overrides: Sequence[str] = (), dir: str | Path
     state = pipeline.create(str(config), list(overrides), study_dir,
                             str(search_space) if search_space else None, options)
     header = [f"study {state['dir']}: search space {state['space']['path']}, up to "
-              f"{state['options']['num_samples']} trials per stage, {state['options']['max_concurrent']} at once",
+              f"{state['options'].num_samples} trials per stage, {state['options'].max_concurrent} at once",
               pipeline.describe_path(state["options"])]
     return _run(Path(state["dir"]), address, output, header, time_budget_s=time_budget_s)
 

@@ -130,7 +130,7 @@ def study_budget(state: dict[str, Any], cell: str = "", phases: tuple[str, ...] 
 
     space = spaces.parse({"stages": state["space"]["stages"]}, state["space"]["path"])
     return [phase_budget(state["stages"][phase], phase, spaces.trial_count(space.stages[phase],
-                         state["options"]["num_samples"]), shape_points(space.stages[phase].params), cell)
+                         state["options"].num_samples), shape_points(space.stages[phase].params), cell)
             for phase in phases]
 
 

@@ -60,9 +60,6 @@ class _NoWriter:
     def close(self) -> None:
         pass
 
-    def close(self) -> None:
-        pass
-
 
 def make_writer(run_dir: Path, main_rank: bool):
     if not main_rank:

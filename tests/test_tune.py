@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -129,7 +130,7 @@ def test_asha_counts_the_budget_fraction():
 # ----------------------------------------------------------------------------- studies (shared Ray)
 def test_study_direct_path_end_to_end(tmp_path, ray_instance):
     state = new_study(tmp_path, stages={"pretrain": {"params": {"optim.lr": [1e-3, 3e-3], "optim.batch_size": [8]}}})
-    assert state["options"]["path"] == "direct"
+    assert state["options"].path == "direct"
     rows = pipeline.run(state["dir"], verbose=0)
     assert [r["stage"] for r in rows] == ["pretrain", "pretrain", "finetune", "scratch"]
     assert all(r["status"] == "completed" and r["path"] == "direct" and r["attempts"] == 1 for r in rows)
@@ -190,7 +191,7 @@ def test_scratch_runs_beside_the_pretrain_finetune_chain(tmp_path, ray_instance,
     # One trial at a time per phase: two phases fit the test's 2 CPUs (resources.room_for_two_phases).
     state = new_study(tmp_path, options=pipeline.Options(max_failures=0, max_concurrent=1,
                                                          sequential_phases=sequential))
-    assert state["options"]["sequential_phases"] is sequential
+    assert state["options"].sequential_phases is sequential
     fn = trainable.stage_trainable
     if not sequential:  # with sequential phases this pretraining would wait in vain
         import ray
@@ -210,9 +211,10 @@ def test_scratch_runs_beside_the_pretrain_finetune_chain(tmp_path, ray_instance,
 
 
 def test_phases_run_together_only_where_two_fit(ray_instance):
-    options = {"workers": 1, "cpus_per_worker": 1.0, "gpus_per_worker": 0.0, "max_concurrent": 1}
+    options = pipeline.resolve_options(pipeline.Options(workers=1, cpus_per_worker=1.0, gpus_per_worker=0.0,
+                                                        max_concurrent=1), spaces.SearchSpace(path="", stages={}))
     assert resources.room_for_two_phases(options) == (True, "")  # 2 x 1 trial x 1 CPU on 2 CPUs
-    together, why = resources.room_for_two_phases(dict(options, max_concurrent=2))
+    together, why = resources.room_for_two_phases(replace(options, max_concurrent=2))
     assert not together and "need 4 CPU, the cluster has 2 CPU" in why  # one phase fills the cluster
 
 
@@ -296,7 +298,7 @@ def test_crashed_trial_is_retried_from_its_last_checkpoint(tmp_path, ray_instanc
 def test_torch_trainer_path_with_two_ddp_workers(tmp_path, ray_instance):
     options = pipeline.Options(workers=2, max_concurrent=1)
     state = new_study(tmp_path, options=options)
-    assert state["options"]["path"] == "train"  # chosen automatically for more than one worker
+    assert state["options"].path == "train"  # chosen automatically for more than one worker
     study_dir = Path(state["dir"])
     pipeline.run_phase(study_dir, state, "scratch", trainable.stage_trainable, verbose=0)
     (row,) = results.collect(study_dir)

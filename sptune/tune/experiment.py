@@ -135,12 +135,12 @@ class CellsSearcher(Searcher):
                 return False
         options = state["options"]
         stage_space = spaces.parse({"stages": {phase: state["space"]["stages"][phase]}}).stages[phase]
-        self.remaining[f"{cell}/{phase}"] = spaces.trial_count(stage_space, options["num_samples"])
+        self.remaining[f"{cell}/{phase}"] = spaces.trial_count(stage_space, options.num_samples)
         self.subs[f"{cell}/{phase}"] = search.limit(
-            search.make_searcher(stage_space, options["sampler"], options["seed"],
+            search.make_searcher(stage_space, options.sampler, options.seed,
                                  journal=study_dir / files.OPTUNA_JOURNAL,
                                  study_name=search.optuna_study_name(study_dir, phase)),
-            options["max_concurrent"])
+            options.max_concurrent)
         return True
 
     def _close_if_done(self, group: str) -> None:
@@ -233,7 +233,7 @@ def run(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callable[...
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
     states = {key: pipeline.load_state(path) for key, path in cell_dirs.items()}
-    if any(state["options"].get("asha") for state in states.values()):
+    if any(state["options"].asha for state in states.values()):
         log.info("ASHA is off in an experiment's Tune run: one scheduler would compare trials of different "
                  "cells and phases; every trial runs its full budget (a single `sptune study` keeps ASHA)")
     resources = {key: trial_resources(pipeline.trial_spec(path, states[key], "scratch"))
@@ -290,19 +290,19 @@ def total_trials(states: dict[str, dict[str, Any]]) -> int:
     total = 0
     for state in states.values():
         parsed = spaces.parse({"stages": state["space"]["stages"]}).stages
-        total += sum(spaces.trial_count(parsed[p], state["options"]["num_samples"])
+        total += sum(spaces.trial_count(parsed[p], state["options"].num_samples)
                      for p in STAGES if p not in state["phases"])
     return max(total, 1)
 
 
 def concurrency_bound(states: dict[str, dict[str, Any]]) -> int:
     """The most trials the cells' phases may run at once (each phase at its max_concurrent)."""
-    return sum(state["options"]["max_concurrent"] * sum(p not in state["phases"] for p in STAGES)
+    return sum(state["options"].max_concurrent * sum(p not in state["phases"] for p in STAGES)
                for state in states.values()) or 1
 
 
 def max_failures(states: dict[str, dict[str, Any]]) -> int:
-    return max((state["options"]["max_failures"] for state in states.values()), default=0)
+    return max((state["options"].max_failures for state in states.values()), default=0)
 
 
 def _trial_name(trial: Any) -> str:

@@ -7,7 +7,7 @@ None means "the search-space file's value, else the default" (sptune.tune.pipeli
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from sptune.errors import UserError
@@ -32,6 +32,36 @@ class Options:
     logger: str = "tensorboard"  # experiment tracker (sptune.tune.loggers)
     sequential_phases: bool = False  # True: the scratch search waits for finetuning instead of running beside it
     time_budget_s: float | None = None  # wall seconds for one driver run (a study, a resume, an experiment)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resolved:
+    """What a study runs with: its Options resolved against its search-space file and the defaults
+    (sptune.tune.pipeline.resolve_options). study.json keeps it; every phase and cell reads it from there."""
+
+    num_samples: int  # trials per stage (capped at each grid's size)
+    max_concurrent: int  # trials of one phase at once
+    workers: int
+    cpus_per_worker: float
+    gpus_per_worker: float
+    asha: dict[str, Any] | None  # ASHA's settings, None: FIFO
+    asha_min_trials: int  # ASHA only for phases of at least this many trials (0: asked for, every phase)
+    sampler: str
+    seed: int
+    max_failures: int
+    smoke: bool
+    logger: str = "tensorboard"
+    # A study created before phases could run concurrently has no such key: it goes on as it started.
+    sequential_phases: bool = True
+    path: str  # "direct" | "train": how a trial trains (sptune.tune.trainable)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Resolved":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:

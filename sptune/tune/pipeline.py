@@ -43,6 +43,7 @@ import logging
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -53,7 +54,7 @@ from sptune.config import load as load_config
 from sptune.errors import UserError
 from sptune.registry import check_names
 from sptune.tune import loggers, outcomes, resources, results, search, spaces, stopped, stopping_phases
-from sptune.tune.options import Options
+from sptune.tune.options import Options, Resolved
 from sptune.tune.session import ray_session
 from sptune.tune.trainable import LINEAGE_KEY, PATHS, TrialSpec, choose_path, stage_trainable, trial_resources
 
@@ -106,13 +107,13 @@ def resolve(config_path: str | None, overrides: list[str], space_path: str | Non
     resolved = resolve_options(options, space)
     try:
         for phase in STAGES if check_rungs else ():
-            if spaces.phase_asha(resolved, spaces.trial_count(space.stages[phase], resolved["num_samples"])):
-                spaces.check_rungs(resolved["asha"], step_budgets(stages[phase], space.stages[phase].params),
+            if spaces.phase_asha(resolved, spaces.trial_count(space.stages[phase], resolved.num_samples)):
+                spaces.check_rungs(resolved.asha, step_budgets(stages[phase], space.stages[phase].params),
                                    stages[phase]["optim"]["eval_every"], f"stage {phase}")
     except UserError:
-        if resolved["asha_min_trials"] == 0:
+        if resolved.asha_min_trials == 0:
             raise  # asked for: say why it cannot run
-        resolved["asha"] = None  # the default: off where its rungs do not fit the evals
+        resolved = replace(resolved, asha=None)  # the default: off where its rungs do not fit the evals
     return {"version": 1, "dir": None, "config": str(config_path), "overrides": overrides,
             "stages": stages, "space": space.to_dict(), "options": resolved, "phases": {}, "selected": None,
             "created": time.time()}
@@ -134,7 +135,7 @@ def step_budgets(stage: dict[str, Any], params: dict[str, Any]) -> dict[int, int
     return {size: stage_steps(optim["max_steps"], optim["epochs"], size, n) for size in sizes}
 
 
-def resolve_options(options: Options, space: spaces.SearchSpace) -> dict[str, Any]:
+def resolve_options(options: Options, space: spaces.SearchSpace) -> Resolved:
     """Command-line options over the search-space file's settings over the defaults."""
     if options.train_path not in PATHS:
         raise UserError(f"--train-path {options.train_path!r}; choose one of: {', '.join(PATHS)}")
@@ -148,24 +149,21 @@ def resolve_options(options: Options, space: spaces.SearchSpace) -> dict[str, An
     asked = options.asha is not None or space.asha is not None
     if asha is None and options.asha is not False:  # --asha without settings in the file, or the default
         asha = dict(spaces.DEFAULT_ASHA)
-    resolved = {
-        "num_samples": SMOKE_SAMPLES if options.smoke else (options.num_samples or space.num_samples),
-        "max_concurrent": options.max_concurrent or space.max_concurrent,
-        "workers": int(pick(options.workers, "workers", 1)),
-        "cpus_per_worker": float(pick(options.cpus_per_worker, "cpus_per_worker", 1)),
-        "gpus_per_worker": float(pick(options.gpus_per_worker, "gpus_per_worker", 0)),
-        "asha": asha, "asha_min_trials": 0 if asked else spaces.ASHA_MIN_TRIALS, "sampler": options.sampler or space.sampler,
-        "seed": space.seed if options.seed is None else options.seed,
-        "max_failures": options.max_failures, "smoke": options.smoke, "logger": options.logger,
-        "sequential_phases": options.sequential_phases,
-    }
-    if resolved["workers"] < 1 or resolved["cpus_per_worker"] <= 0 or resolved["gpus_per_worker"] < 0:
+    workers = int(pick(options.workers, "workers", 1))
+    cpus, gpus = float(pick(options.cpus_per_worker, "cpus_per_worker", 1)), float(pick(options.gpus_per_worker,
+                                                                                        "gpus_per_worker", 0))
+    if workers < 1 or cpus <= 0 or gpus < 0:
         raise UserError("--workers must be >= 1, --cpus-per-worker > 0 and --gpus-per-worker >= 0")
-    if options.train_path == "direct" and (resolved["workers"] > 1 or resolved["gpus_per_worker"] > 1):
+    if options.train_path == "direct" and (workers > 1 or gpus > 1):
         raise UserError("--train-path direct runs each trial as one process with at most one GPU; multiple "
                         "workers or GPUs per worker need --train-path train (or auto)")
-    resolved["path"] = choose_path(resolved["workers"], resolved["gpus_per_worker"], options.train_path)
-    return resolved
+    return Resolved(
+        num_samples=SMOKE_SAMPLES if options.smoke else (options.num_samples or space.num_samples),
+        max_concurrent=options.max_concurrent or space.max_concurrent, workers=workers, cpus_per_worker=cpus,
+        gpus_per_worker=gpus, asha=asha, asha_min_trials=0 if asked else spaces.ASHA_MIN_TRIALS,
+        sampler=options.sampler or space.sampler, seed=space.seed if options.seed is None else options.seed,
+        max_failures=options.max_failures, smoke=options.smoke, logger=options.logger,
+        sequential_phases=options.sequential_phases, path=choose_path(workers, gpus, options.train_path))
 
 
 def load_state(study_dir: str | Path) -> dict[str, Any]:
@@ -173,7 +171,9 @@ def load_state(study_dir: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise UserError(f"{study_dir} is not a study directory (no {files.STUDY}); "
                         f"start one with `sptune study <config> --dir {study_dir}`")
-    return files.read_json(path)
+    state = files.read_json(path)
+    state["options"] = Resolved.from_dict(state["options"])
+    return state
 
 
 # Concurrent phases update one state dict from two threads: every change and write of it holds this lock.
@@ -183,7 +183,7 @@ _registry_lock = threading.Lock()  # Ray Tune's trainable registry (see run_phas
 
 def save_state(study_dir: Path, state: dict[str, Any]) -> None:
     with _state_lock:
-        atomic.write_json(Path(study_dir) / files.STUDY, state)
+        atomic.write_json(Path(study_dir) / files.STUDY, {**state, "options": state["options"].to_dict()})
 
 
 def set_phase(study_dir: Path, state: dict[str, Any], phase: str, status: str) -> None:
@@ -192,19 +192,14 @@ def set_phase(study_dir: Path, state: dict[str, Any], phase: str, status: str) -
         save_state(study_dir, state)
 
 
-def sequential(options: dict[str, Any]) -> bool:
-    """A study created before phases could run concurrently has no such option: it goes on as it started."""
-    return options.get("sequential_phases", True)
-
-
-def describe_path(options: dict[str, Any]) -> str:
-    if options["path"] == "direct":
-        gpus = f", {options['gpus_per_worker']:g} GPU" if options["gpus_per_worker"] else ""
-        return (f"trials run directly in Ray Tune ({options['cpus_per_worker']:g} CPU{gpus} each): one worker, "
+def describe_path(options: Resolved) -> str:
+    if options.path == "direct":
+        gpus = f", {options.gpus_per_worker:g} GPU" if options.gpus_per_worker else ""
+        return (f"trials run directly in Ray Tune ({options.cpus_per_worker:g} CPU{gpus} each): one worker, "
                 f"so Ray Train would add only overhead")
-    gpus = f", {options['gpus_per_worker']:g} GPU" if options["gpus_per_worker"] else ""
-    return (f"trials run under Ray Train's TorchTrainer: {options['workers']} worker(s) x "
-            f"({options['cpus_per_worker']:g} CPU{gpus}), DDP with {'nccl' if gpus else 'gloo'}")
+    gpus = f", {options.gpus_per_worker:g} GPU" if options.gpus_per_worker else ""
+    return (f"trials run under Ray Train's TorchTrainer: {options.workers} worker(s) x "
+            f"({options.cpus_per_worker:g} CPU{gpus}), DDP with {'nccl' if gpus else 'gloo'}")
 
 
 # ----------------------------------------------------------------------------- running
@@ -228,8 +223,8 @@ def run(study_dir: str | Path, address: str | None = None, verbose: int = 1,
     run_chain = partial(_run_chain, study_dir, state, trainable, verbose, retry_failed)
     stopping = threading.Event()
     with ray_session(study_dir, address), time_budget(time_budget_s, stopping) as budget:
-        resources.check_cluster(state["options"]["gpus_per_worker"])
-        together, why = (False, "") if sequential(state["options"]) else resources.room_for_two_phases(state["options"])
+        resources.check_cluster(state["options"].gpus_per_worker)
+        together, why = (False, "") if state["options"].sequential_phases else resources.room_for_two_phases(state["options"])
         try:
             if not together:
                 if why:
@@ -237,7 +232,7 @@ def run(study_dir: str | Path, address: str | None = None, verbose: int = 1,
                     output.say(why)
                 run_chain(STAGES, stopping)
             else:
-                loggers.create_experiment(state["options"].get("logger", "tensorboard"), study_dir)
+                loggers.create_experiment(state["options"].logger, study_dir)
                 run_concurrently(run_chain, [("pretrain", "finetune"), ("scratch",)], stopping)
         except Exception:
             if not budget.is_set():
@@ -353,8 +348,8 @@ def select_pretraining(study_dir: Path, state: dict[str, Any]) -> dict[str, Any]
 def trial_spec(study_dir: Path, state: dict[str, Any], phase: str) -> TrialSpec:
     options, stage_space = state["options"], state["space"]["stages"][phase]
     return TrialSpec(stage=phase, base=copy.deepcopy(state["stages"][phase]), study_dir=str(study_dir),
-                     path=options["path"], workers=options["workers"], cpus_per_worker=options["cpus_per_worker"],
-                     gpus_per_worker=options["gpus_per_worker"], max_failures=options["max_failures"],
+                     path=options.path, workers=options.workers, cpus_per_worker=options.cpus_per_worker,
+                     gpus_per_worker=options.gpus_per_worker, max_failures=options.max_failures,
                      init=state["selected"] if phase == "finetune" else None,
                      hparam_domains={k: v for k, v in stage_space["params"].items() if isinstance(v, list)})
 
@@ -368,7 +363,7 @@ def run_phase(study_dir: Path, state: dict[str, Any], phase: str, trainable: Cal
 
     spec = trial_spec(study_dir, state, phase)
     fn = ray_tune.with_resources(ray_tune.with_parameters(trainable, spec=spec), trial_resources(spec))
-    if not sequential(state["options"]):
+    if not state["options"].sequential_phases:
         # Tune registers a trainable under its name, one registry per Ray job: two phases running at once
         # under one name would start each other's trials, and the registry is a plain dict that two
         # threads must not write at once. So each phase registers its own name here, one at a time, and
@@ -385,7 +380,7 @@ def run_phase(study_dir: Path, state: dict[str, Any], phase: str, trainable: Cal
         lineage.update(init_trial=spec.init["trial"], init_step=spec.init["step"],
                        init_checkpoint=spec.init["checkpoint"])
     param_space = {LINEAGE_KEY: lineage}
-    logger = state["options"].get("logger", "tensorboard")
+    logger = state["options"].logger
     loggers.prepare(logger)
     if ray_tune.Tuner.can_restore(str(experiment)):
         # The callbacks and the searcher come back from the experiment (the searcher reopens the journal).
@@ -395,19 +390,19 @@ def run_phase(study_dir: Path, state: dict[str, Any], phase: str, trainable: Cal
     else:
         options = state["options"]
         stage_space = spaces.parse({"stages": {phase: state["space"]["stages"][phase]}}).stages[phase]
-        trials = spaces.trial_count(stage_space, options["num_samples"])
+        trials = spaces.trial_count(stage_space, options.num_samples)
         tuner = ray_tune.Tuner(fn, param_space=param_space, tune_config=ray_tune.TuneConfig(
-            search_alg=search.limit(search.make_searcher(stage_space, options["sampler"], options["seed"],
+            search_alg=search.limit(search.make_searcher(stage_space, options.sampler, options.seed,
                                                          journal=study_dir / files.OPTUNA_JOURNAL,
                                                          study_name=search.optuna_study_name(study_dir, phase)),
-                                    options["max_concurrent"]),
+                                    options.max_concurrent),
             scheduler=search.make_scheduler(spaces.phase_asha(options, trials)),
             num_samples=trials, reuse_actors=True,
             trial_name_creator=partial(_trial_name, phase),
             trial_dirname_creator=partial(_trial_name, phase)),
             run_config=ray_tune.RunConfig(
                 name=phase, storage_path=str(study_dir / "tune"), verbose=verbose,
-                failure_config=ray_tune.FailureConfig(max_failures=options["max_failures"]),
+                failure_config=ray_tune.FailureConfig(max_failures=options.max_failures),
                 checkpoint_config=ray_tune.CheckpointConfig(num_to_keep=1),
                 # Tune's own TensorBoard logger is left out: the study's TensorBoard runs are the trials'.
                 callbacks=[stopping_phases.StopAtStepBoundary(stopping_phases.key(study_dir, phase)),

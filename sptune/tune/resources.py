@@ -79,23 +79,24 @@ def check_cluster(gpus_per_worker: float) -> None:
                     f"(cluster.yaml) and pass --address, or run on CPU with --gpus-per-worker 0")
 
 
-def room_for_two_phases(options: dict[str, Any]) -> tuple[bool, str]:
-    """Whether the cluster can run two phases' trials at once (each phase up to its max_concurrent);
+def room_for_two_phases(options: Any) -> tuple[bool, str]:
+    """Whether the cluster can run two phases' trials at once (each phase up to its max_concurrent; options:
+    a study's sptune.tune.options.Resolved);
     the reason when it cannot. A cluster that autoscales (or whose autoscaler cannot be read from here)
     has room: the second phase's waiting trials are what make it add nodes. On a machine that one
     phase fills, running two at once only splits the same cores (measured on the 2-core demo study:
     524.5 s concurrent vs 492.2 s sequential), so the phases then run one after another."""
     import ray
 
-    per_trial = {"CPU": options["workers"] * options["cpus_per_worker"],
-                 "GPU": options["workers"] * options["gpus_per_worker"]}
-    needed = {kind: 2 * options["max_concurrent"] * amount for kind, amount in per_trial.items() if amount > 0}
+    per_trial = {"CPU": options.workers * options.cpus_per_worker,
+                 "GPU": options.workers * options.gpus_per_worker}
+    needed = {kind: 2 * options.max_concurrent * amount for kind, amount in per_trial.items() if amount > 0}
     have = ray.cluster_resources()
     short = {kind: amount for kind, amount in needed.items() if have.get(kind, 0.0) < amount}
     if not short or autoscaler_node_types() != {}:
         return True, ""
     return False, ("phases run one after another: two phases of up to {} trials need {}, the cluster has {}"
-                   .format(options["max_concurrent"], _amounts(needed), _amounts(have, needed)))
+                   .format(options.max_concurrent, _amounts(needed), _amounts(have, needed)))
 
 
 def _amounts(amounts: dict[str, float], kinds: dict[str, float] | None = None) -> str:

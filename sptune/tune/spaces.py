@@ -187,11 +187,10 @@ DEFAULT_ASHA = {"grace_period": 0.125, "reduction_factor": 3.0}
 ASHA_MIN_TRIALS = 8
 
 
-def phase_asha(options: dict[str, Any], trials: int) -> dict[str, Any] | None:
-    """The ASHA settings of a phase of `trials` trials, or None (FIFO). options: pipeline.resolve_options'
-    output; asha_min_trials is 0 when ASHA was asked for (--asha, an asha block), so every phase gets it."""
-    asha = options.get("asha")
-    return asha if asha and trials >= options.get("asha_min_trials", 0) else None
+def phase_asha(options: Any, trials: int) -> dict[str, Any] | None:
+    """The ASHA settings of a phase of `trials` trials, or None (FIFO). options: a study's
+    sptune.tune.options.Resolved; asha_min_trials is 0 when ASHA was asked for (--asha, an asha block), so every phase gets it."""
+    return options.asha if options.asha and trials >= options.asha_min_trials else None
 
 
 def _asha(path: str, spec: Any) -> dict[str, Any]:
