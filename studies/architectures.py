@@ -4,7 +4,8 @@ scratch and with masked SPT, on a real task, with trivial baselines on the same 
     launch:  python studies/architectures.py                  # UCR OSULeaf, tune backend, seed 0
     resume:  python studies/architectures.py                  # the same command: finished cells are skipped
     report:  sptune report runs/experiments/architectures     # table + architecture section again, no training
-    seeds:   python studies/architectures.py --seeds 0 1 2    # seeds are an axis (entries: mean ± std)
+    confirm: python studies/architectures.py --seeds 1 2 3 4 5 --compute-tied --dir runs/experiments/architectures-confirm
+             # fresh seeds (seed 0 chose the settings), plus scratch given SPT's total steps (paper App. D)
     smoke:   python studies/architectures.py --smoke-test     # 10 steps a stage, no search (plain backend)
 
 Scientific axis: architecture (Transformer, S4D = S4 in diagonal mode, model s4d-legs) x initialisation
@@ -13,7 +14,7 @@ the SPT gain per architecture (paired by seed), the architecture gap SSM - Trans
 under SPT (the paper: the gap shrinks with SPT), and majority / 1-NN / logistic baselines on the same
 train / val / test splits.
 Nuisance, searched per stage with Ray Tune + Optuna: the lr grid of search_spaces/ucr-osuleaf/
-{transformer,s4d-legs}.yaml (finetune and scratch: the SAME 4 values, the SAME step budget; selection on
+{transformer,s4d-legs}.yaml (finetune and scratch: the SAME lr grid, the SAME step budget; selection on
 validation only, test read once at each selected run's best-validation checkpoint).
 Fixed: configs/ucr_osuleaf_{transformer,s4}.yaml (same backbone: 2 blocks, d_model 64, feed-forward 128,
 mean pooling; the sequence layer is the architecture), batch 32, 200 steps per stage, 25% masking with L1
@@ -29,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 
 import yaml  # noqa: E402
 
-from sptune.config import STAGES  # noqa: E402
+from sptune.config import STAGES, load as load_config  # noqa: E402
 from sptune.experiments_cli import main  # noqa: E402
 from sptune.experiments.plan import Cell, Plan  # noqa: E402
 
@@ -38,6 +39,11 @@ ROOT = Path(__file__).resolve().parent.parent
 TASK = "ucr-osuleaf"
 # (config name, search-space name = the config's model.name, display name): the Transformer first, as Table 1
 ARCHITECTURES = (("transformer", "transformer", "Transformer"), ("s4", "s4d-legs", "S4D"))
+SELECTION_SEEDS = (0,)  # the seeds whose validation chose the grids and the step budget (docs/main-job-selection.md)
+# The compute-tied scratch arm (--compute-tied) trains for pretraining + finetuning's steps at the scratch lr
+# that seed 0's search selected (docs/main-job-selection.md, probe 6): chosen on a selection seed, confirmed
+# on the others. It is not searched again at the longer budget (cost), which can only favour SPT.
+TIED_SCRATCH_LR = {"transformer": 3e-3, "s4": 3e-2}
 
 
 def config_overrides(path: Path) -> list[str]:
@@ -53,26 +59,36 @@ def search_space(name: str) -> dict:
             for stage, spec in data["stages"].items()}
 
 
+def add_flags(parser) -> None:
+    parser.add_argument("--compute-tied", action="store_true",
+                        help="also train scratch for SPT's total steps (pretraining + finetuning) at the lr seed 0 "
+                             "selected for scratch, per architecture and seed (paper Appendix D)")
+
+
 def build(args) -> Plan:
-    seeds = args.seeds or [0]
+    seeds = args.seeds or list(SELECTION_SEEDS)
     cells = []
     for name, space_name, display in ARCHITECTURES:
         overrides = config_overrides(ROOT / "configs" / f"ucr_osuleaf_{name}.yaml")
         if args.smoke_test:  # the plumbing only: 10 steps a stage, the grid's first point (plain backend)
             overrides += ["optim.max_steps=10", "optim.eval_every=5"]
         for seed in seeds:
-            cells.append(Cell(key=f"{TASK}-{name}-s{seed}",
-                              labels={"task": TASK, "model": display, "seed": seed, "column": "OSULeaf"},
-                              overrides=tuple(overrides + [f"run.seed={seed}"]), stages=STAGES,
+            labels = {"task": TASK, "model": display, "seed": seed, "column": "OSULeaf",
+                      "role": "selection" if seed in SELECTION_SEEDS else "confirmation"}
+            seeded = overrides + [f"run.seed={seed}"]
+            cells.append(Cell(key=f"{TASK}-{name}-s{seed}", labels=labels, overrides=tuple(seeded), stages=STAGES,
                               space=search_space(space_name)))
+            if getattr(args, "compute_tied", False):
+                cells.append(tied_cell(name, display, seeded, labels))
     return Plan(
         experiment=EXPERIMENT, title="Architecture result at CPU scale: Transformer vs S4D, scratch vs SPT (Table 1)",
         axis="architecture (Transformer, S4D) x initialisation (scratch, masked SPT); seeds",
-        nuisance="lr per stage (finetune and scratch: the same 4-value grid and step budget)",
+        nuisance="lr per stage (finetune and scratch: the same grid and step budget; S4D 5 values, Transformer 4)",
         fixed="configs/ucr_osuleaf_{transformer,s4}.yaml: backbone size, batch 32, 200 steps, 25% masking with L1",
         layout={"kind": "grid", "col": "column", "row_title": "model", "heading": "Test accuracy (%), UCR OSULeaf",
                 "plots": ["bars"], "plot_title": "OSULeaf test accuracy: scratch (solid), masked SPT (hatched)",
-                "architectures": {"transformer": "Transformer", "ssm": "S4D"}, "baselines_task": TASK},
+                "architectures": {"transformer": "Transformer", "ssm": "S4D"}, "baselines_task": TASK,
+                "curves": True},
         cells=cells,
         notes=["Test = the UCR TEST split (242 series); val = a stratified 20% of TRAIN (41 series), train = the "
                "other 159. The archive's 1-NN Euclidean on the full TRAIN scores 52.1% on TEST."],
@@ -80,5 +96,15 @@ def build(args) -> Plan:
                   "report": "sptune report <experiment dir>"})
 
 
+def tied_cell(name: str, display: str, overrides: list[str], labels: dict) -> Cell:
+    """Scratch with SPT's total training steps: pretraining's plus finetuning's (one stage budget each)."""
+    steps = sum(load_config(None, overrides, stage=stage).optim.max_steps for stage in ("pretrain", "finetune"))
+    lr = TIED_SCRATCH_LR[name]
+    return Cell(key=f"{TASK}-{name}-tied-s{labels['seed']}",
+                labels={**labels, "compute": "tied", "row": f"{display} scratch, {steps} steps (lr {lr:g})"},
+                overrides=tuple(overrides + [f"optim.max_steps={steps}"]), stages=("scratch",),
+                space={"scratch": {"params": {"optim.lr": [lr], "optim.batch_size": [32]}, "points": []}})
+
+
 if __name__ == "__main__":
-    sys.exit(main(EXPERIMENT, build, __doc__))
+    sys.exit(main(EXPERIMENT, build, __doc__, extra=add_flags))

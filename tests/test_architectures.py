@@ -1,6 +1,7 @@
 """The architecture experiment: its plan (same grid and budget for finetune and scratch) and its report section."""
 
 import importlib.util
+import json
 from pathlib import Path
 
 from sptune import config
@@ -32,8 +33,11 @@ def test_plan_gives_finetune_and_scratch_the_same_grid_and_budget():
     assert len({(m.d_model, m.n_layers, m.d_ff) for m in models}) == 1  # same backbone, different sequence layer
 
 
-def arm(model, arm_name, seed, test):
-    return {"model": model, "arm": arm_name, "seed": seed, "test": test}
+def arm(model, arm_name, seed, test, **labels):
+    return {"model": model, "arm": arm_name, "seed": seed, "test": test, **labels}
+
+
+LAYOUT = {"architectures": {"transformer": "Transformer", "ssm": "S4D"}}
 
 
 def test_section_reports_gains_gaps_and_baselines(monkeypatch):
@@ -41,27 +45,99 @@ def test_section_reports_gains_gaps_and_baselines(monkeypatch):
             arm("S4D", "scratch", 0, 0.60), arm("S4D", "masked", 0, 0.62),
             arm("Transformer", "scratch", 1, 0.42), arm("Transformer", "masked", 1, 0.54),
             arm("S4D", "scratch", 1, 0.58), arm("S4D", "masked", 1, None)]
-    layout = {"architectures": {"transformer": "Transformer", "ssm": "S4D"}, "baselines_task": "ucr-osuleaf"}
-    text = "\n".join(architectures.lines(rows, layout))
+    text = "\n".join(architectures.lines(rows, {**LAYOUT, "baselines_task": "ucr-osuleaf"}))
     assert "- Transformer: scratch 41.00, SPT 52.00, SPT gain +11.00 ± " in text
     assert "n=2, degenerate: n=2" in text  # two seeds: the interval is flagged
     assert "- S4D: scratch 59.00, SPT 62.00, SPT gain +2.00 (n=1, no interval)" in text
-    assert "under scratch: +18.00 points" in text and "under SPT: +10.00 points" in text
+    # gaps are paired by seed: under SPT only seed 0 has both architectures
+    assert "under scratch: +18.00 ± " in text and "under SPT: +12.00 (n=1, no interval)" in text
+    assert "gap under SPT minus gap under scratch (< 0: SPT closes the gap): -8.00 (n=1" in text
     assert "1nn" in text and "majority" in text
-    assert architectures.gain_text([], "S4D") == "—"
+    assert "| 0 |  | Transformer | masked | 50.00 |" in text  # the per-seed convergence table
+
+
+def test_selection_and_confirmation_seeds_are_reported_apart_with_the_compute_tied_arm():
+    rows = [arm("Transformer", "scratch", 0, 0.40, role="selection"), arm("Transformer", "masked", 0, 0.50,
+                                                                        role="selection")]
+    for seed, (scratch, spt, tied) in enumerate([(0.40, 0.45, 0.41), (0.30, 0.40, 0.35), (0.50, 0.52, 0.50)], 1):
+        rows += [arm("Transformer", "scratch", seed, scratch, role="confirmation"),
+                 arm("Transformer", "masked", seed, spt, role="confirmation"),
+                 arm("Transformer", "scratch", seed, tied, role="confirmation", compute="tied")]
+    text = "\n".join(architectures.lines(rows, LAYOUT))
+    selection, confirmation = text.split("### Seeds 1, 2, 3")
+    assert "### Seeds 0 (selection seeds" in selection and "SPT gain +10.00 (n=1, no interval)" in selection
+    assert "confirmation seeds: they chose nothing" in confirmation
+    # confirmation only: SPT - scratch = 5, 10, 2 (mean 5.67); SPT - tied = 4, 5, 2 (mean 3.67)
+    assert "SPT gain +5.67 ± " in confirmation and "compute-tied SPT gain +3.67 ± " in confirmation
+    assert "scratch at SPT's total steps 42.00" in confirmation
+
+
+def test_late_best_steps_are_warned(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "result.json").write_text('{"best_step": 190, "steps": 200, "history": [{"train_loss": 0.5}]}')
+    rows = [arm("S4D", "scratch", 3, 0.6, run_dir=str(run))]
+    text = "\n".join(architectures.lines(rows, LAYOUT))
+    assert "| 3 |  | S4D | scratch | 60.00 | 190/200 | 0.500 |" in text
+    assert "may not have converged): S4D scratch seed 3" in text
 
 
 def test_missing_architecture_prints_a_dash():
     rows = [arm("Transformer", "scratch", 0, 0.4)]
-    text = "\n".join(architectures.lines(rows, {"architectures": {"transformer": "Transformer", "ssm": "S4D"}}))
+    text = "\n".join(architectures.lines(rows, LAYOUT))
     assert "under scratch: —" in text and "- S4D: scratch —, SPT —, SPT gain —" in text
+
+
+def test_compute_tied_cells_train_spt_total_steps_at_one_lr():
+    script = load_script()
+    plan = script.build(cli.parse_args("", ["--seeds", "0", "1", "--compute-tied"], extra=script.add_flags))
+    tied = [c for c in plan.cells if c.labels.get("compute") == "tied"]
+    assert len(tied) == 4 and all(c.stages == ("scratch",) for c in tied)
+    assert {c.labels["role"] for c in plan.cells if c.labels["seed"] == 1} == {"confirmation"}
+    for cell in tied:
+        steps = config.load(None, list(cell.overrides)).optim.max_steps
+        main = next(c for c in plan.cells if c.labels["seed"] == cell.labels["seed"]
+                    and c.labels["model"] == cell.labels["model"] and "compute" not in c.labels)
+        spt_steps = sum(config.load(None, list(main.overrides), stage=s).optim.max_steps
+                        for s in ("pretrain", "finetune"))
+        assert steps == spt_steps and len(cell.space["scratch"]["params"]["optim.lr"]) == 1
+        assert f"{steps} steps" in cell.labels["row"]
 
 
 def test_boundary_lines_name_the_cell_and_the_edge():
     plan = load_script().build(cli.parse_args("", []))
-    rows = [{"cell": plan.cells[1].key, "stage": "finetune", "selected": True, "optim.lr": 1e-2,
+    rows = [{"cell": plan.cells[1].key, "stage": "finetune", "selected": True, "optim.lr": 1e-1,
              "optim.batch_size": 32},
             {"cell": plan.cells[0].key, "stage": "scratch", "selected": True, "optim.lr": 1e-3, "optim.batch_size": 32}]
     lines = architectures.boundary_lines(plan, rows)
-    assert lines == [f"{plan.cells[1].key}: warning: finetune selected optim.lr=0.01, the top of its grid "
-                     "[0.0003, 0.001, 0.003, 0.01]: extend the grid", ""]
+    assert lines == [f"{plan.cells[1].key}: warning: finetune selected optim.lr=0.1, the top of its grid "
+                     "[0.001, 0.003, 0.01, 0.03, 0.1]: extend the grid", ""]
+
+
+def test_learning_curves_put_the_compute_tied_scratch_on_its_architectures_panel(tmp_path, monkeypatch):
+    from sptune.experiments import figures
+    from sptune.experiments.plan import Cell, Plan
+    from sptune.tune import curves
+
+    def run(name, steps):
+        path = tmp_path / name
+        path.mkdir()
+        history = [{"step": s, "val_metric": s / 100} for s in range(5, steps + 1, 5)]
+        (path / "result.json").write_text(json.dumps({"history": history, "steps": steps, "train_flops": 2.0 * steps}))
+        return str(path)
+
+    labels = {"model": "S4D", "seed": 1}
+    plan = Plan("x", "t", "a", "n", "f", {}, [Cell("main", labels, ()), Cell("tied", {**labels, "compute": "tied"}, ()),
+                                               Cell("other-seed", {"model": "S4D", "seed": 2}, ())])
+    rows = [{"cell": "main", "stage": "pretrain", "selected": True, "trial_id": "p", "train_flops": 40.0},
+            {"cell": "main", "stage": "finetune", "selected": True, "init_trial": "p", "metric": "accuracy",
+             "run_dir": run("finetune", 10)},
+            {"cell": "main", "stage": "scratch", "selected": True, "metric": "accuracy", "run_dir": run("scratch", 10)},
+            {"cell": "tied", "stage": "scratch", "selected": True, "metric": "accuracy", "run_dir": run("tied", 20)}]
+    seen = {}
+    monkeypatch.setattr(curves, "save_panels", lambda path, panels, metric: seen.update(panels=panels, metric=metric))
+    figures.learning_curves(plan, rows, tmp_path / "curves.png")
+    (title, points), = seen["panels"]  # one panel: the lowest seed's main cell
+    assert title.startswith("S4D, seed 1") and seen["metric"] == "accuracy"
+    assert set(points) == {"finetune", "scratch", "tied"} and points["tied"]["step"][-1] == 20
+    assert points["finetune"]["flops"][0] == 40.0 + 5 * 2.0  # SPT's curve starts after its pretraining FLOPs

@@ -1,44 +1,54 @@
 """The architecture result of an experiment (paper Table 1 read as a 2 x 2): per architecture the scratch
-and SPT test numbers, the SPT gain, the architecture gap under each initialisation, and trivial
-baselines on the same splits.
+and SPT test numbers, the SPT gain, the architecture gap under each initialisation, a compute-tied
+scratch arm, per-seed convergence, and trivial baselines on the same splits.
 
 The paper's finding (§3.1, Table 1): the gap between Transformers and S4 trained from scratch on LRA
-shrinks sharply once both are self-pretrained on the task's own data. Here:
+shrinks sharply once both are self-pretrained on the task's own data. Here, per seed s:
 
-    gap_scratch = SSM - Transformer, both from scratch
-    gap_spt     = SSM - Transformer, both pretrained -> finetuned
-    gain(arch)  = SPT - scratch, paired by seed (sptune.stats)
+    gain(arch)_s    = SPT_s - scratch_s                       (same architecture)
+    gap(init)_s     = SSM_s - Transformer_s                   (same initialisation)
+    gap change_s    = gap(SPT)_s - gap(scratch)_s             (< 0: SPT closes the gap)
+    tied gain_s     = SPT_s - scratch at SPT's total steps_s  (paper App. D: equal training compute)
 
-Gaps are differences of seed means (the architectures' seeds are not paired runs). Baselines
-(sptune.baselines: majority class, 1-NN Euclidean, logistic regression on raw inputs) are fit on the
-task's train split and scored on its val and test splits, those the models trained and selected on.
+each reported as the mean over seeds with its paired 95% Student-t interval (sptune.stats). Pairing
+by seed is sound here: every arm of one seed shares the data split and the seed's data order.
+Seeds are grouped by the cells' `role` label: `selection` seeds chose a setting (grids, steps) and are
+reported apart from `confirmation` seeds, which chose nothing. Baselines (sptune.baselines: majority
+class, 1-NN Euclidean, logistic regression on raw inputs) are fit on the task's train split and scored
+on its val and test splits, those the models trained and selected on.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sptune import baselines, registry, stats
+from sptune import baselines, pairs, registry, stats
 from sptune.experiments.plan import Plan
-from sptune.tune import boundary
+from sptune.tune import boundary, results
+
+SPT, SCRATCH, TIED = "masked", "scratch", "tied"  # arm keys: SPT, scratch, scratch at SPT's total steps
+ROLES = ("selection", "confirmation")
+ROLE_TEXT = {"selection": "selection seeds: they chose the grids and the step budget; not a confirmation",
+             "confirmation": "confirmation seeds: they chose nothing"}
+
+
+def arm_key(arm: dict[str, Any]) -> str:
+    """SPT, scratch, or the compute-tied scratch arm (a cell labelled `compute: tied`)."""
+    return TIED if arm.get("compute") == "tied" else arm["arm"]
 
 
 def lines(arm_rows: list[dict[str, Any]], layout: dict[str, Any]) -> list[str]:
     """The section's lines (markdown; also printed at the end of the script)."""
-    ssm, transformer = layout["architectures"]["ssm"], layout["architectures"]["transformer"]
     done = [a for a in arm_rows if a["test"] is not None]
-    means = {(a["model"], a["arm"]): stats.mean_std([b["test"] for b in done
-                                                     if (b["model"], b["arm"]) == (a["model"], a["arm"])])[0]
-             for a in done}
     out = ["## Architecture result (test accuracy, %)", ""]
-    for model in (transformer, ssm):
-        scratch, spt = means.get((model, "scratch")), means.get((model, "masked"))
-        out.append(f"- {model}: scratch {_pct(scratch)}, SPT {_pct(spt)}, SPT gain {gain_text(done, model)}")
-    for arm, name in (("scratch", "scratch"), ("masked", "SPT")):
-        a, b = means.get((ssm, arm)), means.get((transformer, arm))
-        gap = None if a is None or b is None else 100 * (a - b)
-        out.append(f"- architecture gap ({ssm} - {transformer}) under {name}: "
-                   + ("—" if gap is None else f"{gap:+.2f} points"))
+    roles = [r for r in ROLES if any(a.get("role") == r for a in done)] or [None]
+    for role in roles:
+        group = [a for a in done if role is None or a.get("role") == role]
+        seeds = sorted({a.get("seed") for a in group})
+        if role is not None:
+            out += [f"### Seeds {', '.join(map(str, seeds))} ({ROLE_TEXT[role]})", ""]
+        out += role_lines(group, layout) + [""]
+    out += convergence_table(done)
     task = layout.get("baselines_task")
     if task:
         rows = baselines.evaluate(registry.get_task(task).load())
@@ -47,23 +57,83 @@ def lines(arm_rows: list[dict[str, Any]], layout: dict[str, Any]) -> list[str]:
     return out + [""]
 
 
+def role_lines(done: list[dict[str, Any]], layout: dict[str, Any]) -> list[str]:
+    """Means, gains and gaps of one seed group."""
+    ssm, transformer = layout["architectures"]["ssm"], layout["architectures"]["transformer"]
+    by_seed = per_seed(done)
+    out = []
+    for model in (transformer, ssm):
+        line = (f"- {model}: scratch {_pct(mean(by_seed, model, SCRATCH))}, SPT {_pct(mean(by_seed, model, SPT))}, "
+                f"SPT gain {paired_text(by_seed, (model, SPT), (model, SCRATCH))}")
+        if mean(by_seed, model, TIED) is not None:
+            line += (f"; scratch at SPT's total steps {_pct(mean(by_seed, model, TIED))}, compute-tied SPT gain "
+                     f"{paired_text(by_seed, (model, SPT), (model, TIED))}")
+        out.append(line)
+    for arm, name in ((SCRATCH, "scratch"), (SPT, "SPT")):
+        out.append(f"- architecture gap ({ssm} - {transformer}) under {name}: "
+                   f"{paired_text(by_seed, (ssm, arm), (transformer, arm))}")
+    gap_change = [(s[(ssm, SPT)] - s[(transformer, SPT)], s[(ssm, SCRATCH)] - s[(transformer, SCRATCH)])
+                  for s in by_seed.values() if all(k in s for k in ((ssm, SPT), (transformer, SPT), (ssm, SCRATCH),
+                                                                     (transformer, SCRATCH)))]
+    out.append("- gap under SPT minus gap under scratch (< 0: SPT closes the gap): "
+               + _paired_or_dash(gap_change))
+    return out
+
+
+def per_seed(done: list[dict[str, Any]]) -> dict[Any, dict[tuple[str, str], float]]:
+    """{seed: {(model, arm key): test}}."""
+    out: dict[Any, dict[tuple[str, str], float]] = {}
+    for arm in done:
+        out.setdefault(arm.get("seed"), {})[(arm["model"], arm_key(arm))] = arm["test"]
+    return out
+
+
+def mean(by_seed: dict[Any, dict[tuple[str, str], float]], model: str, arm: str) -> float | None:
+    return stats.mean_std([s[(model, arm)] for s in by_seed.values() if (model, arm) in s])[0]
+
+
+def paired_text(by_seed: dict[Any, dict[tuple[str, str], float]], a: tuple[str, str], b: tuple[str, str]) -> str:
+    """a - b over the seeds where both finished, in points with its 95% interval."""
+    return _paired_or_dash([(s[a], s[b]) for s in by_seed.values() if a in s and b in s])
+
+
+def _paired_or_dash(values: list[tuple[float, float]]) -> str:
+    if not values:
+        return "—"
+    return stats.format_paired(stats.paired_t([a for a, _ in values], [b for _, b in values]), 100.0)
+
+
+def convergence_table(done: list[dict[str, Any]]) -> list[str]:
+    """Per seed and arm: test, best step / budget and the last training loss (sptune.pairs.convergence); a
+    warning per arm whose best step lies in the last 20% of its budget (it may still have been improving)."""
+    body, late = [], []
+    for arm in sorted(done, key=lambda a: (a.get("seed"), a["model"], arm_key(a))):
+        found = pairs.convergence("run", results.run_result(arm))
+        best, steps, loss = found["run_best_step"], found["run_steps"], found["run_train_loss"]
+        if best is not None and steps and best > pairs.LATE_FRACTION * steps:
+            late.append(f"{arm['model']} {arm_key(arm)} seed {arm.get('seed')}")
+        body.append(f"| {arm.get('seed')} | {arm.get('role', '')} | {arm['model']} | {arm_key(arm)} | "
+                    f"{_pct(arm['test'])} | " + ("—" if best is None else f"{best}/{steps}") + " | " + ("—" if loss is None else f"{loss:.3f}") + " |")
+    if not body:
+        return []
+    out = ["Per seed (test %, best-validation step / step budget, training loss at the last evaluation):", "",
+           "| seed | role | model | arm | test | best step | train loss |", "|---|---|---|---|---|---|---|", *body]
+    if late:
+        out += ["", f"warning: best step in the last {1 - pairs.LATE_FRACTION:.0%} of the budget (may not have "
+                    f"converged): " + ", ".join(late)]
+    return out
+
+
 def boundary_lines(plan: Plan, rows: list[dict[str, Any]]) -> list[str]:
-    """The boundary check (sptune.tune.boundary) of every cell: a selected lr at the edge of its grid."""
+    """The boundary check (sptune.tune.boundary) of every cell: a selected lr at the edge of its grid
+    (the plain backend searches nothing: it runs the grid's first point)."""
+    if plan.backend != "tune":
+        return []
     out = []
     for cell in plan.cells:
         selected = {r["stage"]: r for r in rows if r["cell"] == cell.key and r.get("selected")}
         out += [f"{cell.key}: {line}" for line in boundary.warnings(selected, {"stages": cell.space or {}})]
     return out + ([""] if out else [])
-
-
-def gain_text(done: list[dict[str, Any]], model: str) -> str:
-    """SPT - scratch of one architecture, paired by seed, in points with its interval."""
-    scratch = {a.get("seed"): a["test"] for a in done if a["model"] == model and a["arm"] == "scratch"}
-    pairs = [(a["test"], scratch[a.get("seed")]) for a in done
-             if a["model"] == model and a["arm"] == "masked" and a.get("seed") in scratch]
-    if not pairs:
-        return "—"
-    return stats.format_paired(stats.paired_t([p for p, _ in pairs], [s for _, s in pairs]), 100.0)
 
 
 def _pct(value: float | None) -> str:

@@ -227,3 +227,25 @@ def kernels(per_task: dict[str, list[dict[str, Any]]], experiment_dir: Path) -> 
         name = f"kernels-{slug}.png"
         paths.append(_save(fig, experiment_dir / name))
     return paths
+
+
+def learning_curves(plan: Any, rows: list[dict[str, Any]], path: Path) -> Path | None:
+    """Figure 5 for an experiment: validation metric vs step and vs cumulative training FLOPs of each cell's
+    selected finetuning and scratch trials (sptune.tune.curves), one row of panels per cell of the lowest
+    seed; a compute-tied scratch cell (label `compute: tied`) of the same model and seed joins its panel."""
+    from sptune.tune import curves
+
+    seeds = [c.labels["seed"] for c in plan.cells if c.labels.get("seed") is not None]
+    first = min(seeds) if seeds else None
+    mine = [c for c in plan.cells if c.labels.get("seed") == first]
+    panels = []
+    for cell in [c for c in mine if c.labels.get("compute") != "tied"]:
+        points = curves.curve_points([r for r in rows if r["cell"] == cell.key])
+        for tied in [c for c in mine if c.labels.get("compute") == "tied"
+                     and c.labels.get("model") == cell.labels.get("model")]:
+            scratch = curves.curve_points([r for r in rows if r["cell"] == tied.key]).get("scratch")
+            if scratch:
+                points["tied"] = scratch
+        if points:
+            panels.append((f"{cell.labels.get('model')}, seed {first}: selected trials", points))
+    return curves.save_panels(path, panels, curves.metric_of(rows)) if panels else None

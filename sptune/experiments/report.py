@@ -57,7 +57,7 @@ def arms(experiment_dir: Path, plan: Plan, rows: list[dict[str, Any]]) -> list[d
             final = runs[-1] or {}
             ok = all(r is not None and r.get("status") == "completed" for r in runs)
             status = "completed" if ok else stage_status(mine, chain, error.is_file())
-            row = row_label(cell.labels["model"], arm)
+            row = cell.labels.get("row") or row_label(cell.labels["model"], arm)  # a label may name its own row
             if plan.layout.get("merge_spt") and arm in ("masked", "causal"):
                 row = cell.labels["model"] + " + SPT"  # Table 3 has one SPT row per model
             out.append({**cell.labels, "experiment": plan.experiment, "cell": cell.key, "arm": arm, "row": row,
@@ -351,6 +351,8 @@ def write(experiment_dir: str | Path) -> dict[str, Any]:
             lines += summary_lines
         for name in layout.get("plots", []):
             pngs.append(getattr(figures, name)(arm_rows, layout, experiment_dir / f"{name}.png"))
+    if layout.get("curves"):  # Figure 5: the selected trials' validation curves, by step and by FLOPs
+        pngs += [p for p in [figures.learning_curves(plan, rows, experiment_dir / "learning-curves.png")] if p]
     failed = [a for a in arm_rows if a["status"] != "completed"]
     if failed:
         lines += ["Not completed: " + ", ".join(f"{a['cell']}/{a['arm']} ({a['status']})" for a in failed), ""]

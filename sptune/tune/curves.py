@@ -51,33 +51,50 @@ def pretraining_flops(rows: list[dict[str, Any]], finetune_row: dict[str, Any]) 
 
 def write(study_dir: str | Path, rows: list[dict[str, Any]]) -> Path | None:
     """plots/learning-curves.png of the study (None when neither arm has a finished selected trial)."""
+    points = curve_points(rows)
+    if not points:
+        return None
+    return save_panels(Path(study_dir) / PLOTS_DIR / CURVES_PNG, [(f"{Path(study_dir).name}: selected trials", points)],
+                       metric_of(rows))
+
+
+def metric_of(rows: list[dict[str, Any]]) -> str:
+    """The metric of the curves: the selected finetuning or scratch trials' (not pretraining's)."""
+    return next((r.get("metric") for r in rows if r.get("selected") and r.get("metric")
+                 and r.get("stage") in ("finetune", "scratch")), "metric")
+
+
+# Curves that are not a study's own stages: an experiment adds them to a panel (e.g. scratch trained for
+# SPT's total steps, sptune.experiments.architectures).
+EXTRA_ARMS = {"tied": ("scratch, SPT's total steps", "tab:orange")}
+
+
+def save_panels(path: Path, panels: list[tuple[str, dict[str, dict[str, list[float]]]]], metric: str) -> Path:
+    """One row of two panels (vs step, vs training FLOPs) per (title, curve_points) entry."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    points = curve_points(rows)
-    if not points:
-        return None
-    metric = next((r.get("metric") for r in rows if r.get("selected") and r.get("metric")), "metric")
-    fig, (by_step, by_flops) = plt.subplots(1, 2, figsize=(11, 4))
-    for stage, label, color in ARMS:
-        if stage in points:
-            p = points[stage]
-            by_step.plot(p["step"], p["val"], "-o", ms=3, color=color, label=label)
-            by_flops.plot(p["flops"], p["val"], "-o", ms=3, color=color, label=label)
-    if "finetune" in points and points["finetune"]["offset"][0] > 0:
-        by_flops.axvline(points["finetune"]["offset"][0], color="tab:blue", ls=":", lw=1,
-                         label="end of pretraining")
-    by_step.set_xlabel("step (of the stage)")
-    by_flops.set_xlabel("cumulative training FLOPs (SPT: pretraining included)")
-    for ax in (by_step, by_flops):
-        ax.set_ylabel(f"validation {metric}")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(f"{Path(study_dir).name}: selected trials", fontsize=10)
+    fig, axes = plt.subplots(len(panels), 2, figsize=(11, 4 * len(panels)), squeeze=False)
+    styles = {stage: (label, color) for stage, label, color in ARMS} | EXTRA_ARMS
+    for (title, points), (by_step, by_flops) in zip(panels, axes):
+        for stage, (label, color) in styles.items():
+            if stage in points:
+                p = points[stage]
+                by_step.plot(p["step"], p["val"], "-o", ms=3, color=color, label=label)
+                by_flops.plot(p["flops"], p["val"], "-o", ms=3, color=color, label=label)
+        if "finetune" in points and points["finetune"]["offset"][0] > 0:
+            by_flops.axvline(points["finetune"]["offset"][0], color="tab:blue", ls=":", lw=1,
+                             label="end of pretraining")
+        by_step.set_xlabel("step (of the stage)")
+        by_flops.set_xlabel("cumulative training FLOPs (SPT: pretraining included)")
+        for ax in (by_step, by_flops):
+            ax.set_ylabel(f"validation {metric}")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        by_step.set_title(title, fontsize=10)
     fig.tight_layout()
-    path = Path(study_dir) / PLOTS_DIR / CURVES_PNG
     path.parent.mkdir(parents=True, exist_ok=True)
     with replacing(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
