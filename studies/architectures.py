@@ -28,35 +28,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-import yaml  # noqa: E402
-
 from sptune.config import STAGES, load as load_config  # noqa: E402
 from sptune.experiments_cli import main  # noqa: E402
+from sptune.experiments import settings  # noqa: E402
 from sptune.experiments.plan import Cell, Plan  # noqa: E402
 
 EXPERIMENT = "architectures"
-ROOT = Path(__file__).resolve().parent.parent
-TASK = "ucr-osuleaf"
-# (config name, search-space name = the config's model.name, display name): the Transformer first, as Table 1
-ARCHITECTURES = (("transformer", "transformer", "Transformer"), ("s4", "s4d-legs", "S4D"))
-SELECTION_SEEDS = (0,)  # the seeds whose validation chose the grids and the step budget (docs/main-job-selection.md)
+TASK = settings.CPU_TASK
 # The compute-tied scratch arm (--compute-tied) trains for pretraining + finetuning's steps at the scratch lr
-# that seed 0's search selected (docs/main-job-selection.md, probe 6): chosen on a selection seed, confirmed
-# on the others. It is not searched again at the longer budget (cost), which can only favour SPT.
-TIED_SCRATCH_LR = {"transformer": 3e-3, "s4": 3e-2}
-
-
-def config_overrides(path: Path) -> list[str]:
-    """A config file's settings as `section.key=value` overrides (cells are built from overrides)."""
-    data = yaml.safe_load(path.read_text())
-    return [f"{section}.{key}={value}" for section, values in data.items() if section != "stages"
-            for key, value in values.items()]
-
-
-def search_space(name: str) -> dict:
-    data = yaml.safe_load((ROOT / "search_spaces" / TASK / f"{name}.yaml").read_text())
-    return {stage: {"params": spec["params"], "points": spec.get("points", [])}
-            for stage, spec in data["stages"].items()}
+# that seed 0's search selected (settings.CPU_SELECTED_LR): chosen on a selection seed, confirmed on the
+# others. It is not searched again at the longer budget (cost), which can only favour SPT.
 
 
 def add_flags(parser) -> None:
@@ -66,18 +47,18 @@ def add_flags(parser) -> None:
 
 
 def build(args) -> Plan:
-    seeds = args.seeds or list(SELECTION_SEEDS)
+    seeds = args.seeds or list(settings.CPU_SELECTION_SEEDS)
     cells = []
-    for name, space_name, display in ARCHITECTURES:
-        overrides = config_overrides(ROOT / "configs" / f"ucr_osuleaf_{name}.yaml")
+    for name, (_, display) in settings.CPU_MODELS.items():  # the Transformer first, as Table 1
+        overrides = settings.cpu_overrides(name)
         if args.smoke_test:  # the plumbing only: 10 steps a stage, the grid's first point (plain backend)
             overrides += ["optim.max_steps=10", "optim.eval_every=5"]
         for seed in seeds:
             labels = {"task": TASK, "model": display, "seed": seed, "column": "OSULeaf",
-                      "role": "selection" if seed in SELECTION_SEEDS else "confirmation"}
+                      "role": settings.cpu_role(seed)}
             seeded = overrides + [f"run.seed={seed}"]
             cells.append(Cell(key=f"{TASK}-{name}-s{seed}", labels=labels, overrides=tuple(seeded), stages=STAGES,
-                              space=search_space(space_name)))
+                              space=settings.cpu_space(name)))
             if getattr(args, "compute_tied", False):
                 cells.append(tied_cell(name, display, seeded, labels))
     return Plan(
@@ -99,7 +80,7 @@ def build(args) -> Plan:
 def tied_cell(name: str, display: str, overrides: list[str], labels: dict) -> Cell:
     """Scratch with SPT's total training steps: pretraining's plus finetuning's (one stage budget each)."""
     steps = sum(load_config(None, overrides, stage=stage).optim.max_steps for stage in ("pretrain", "finetune"))
-    lr = TIED_SCRATCH_LR[name]
+    lr = settings.CPU_SELECTED_LR[name]["scratch"]
     return Cell(key=f"{TASK}-{name}-tied-s{labels['seed']}",
                 labels={**labels, "compute": "tied", "row": f"{display} scratch, {steps} steps (lr {lr:g})"},
                 overrides=tuple(overrides + [f"optim.max_steps={steps}"]), stages=("scratch",),

@@ -4,6 +4,7 @@
     resume:  python studies/data_fractions.py                 # the same command; finished cells are skipped
     report:  sptune report runs/experiments/data_fractions
     smoke:   python studies/data_fractions.py --smoke-test    # 25 s on a 2-core CPU (measured)
+    CPU:     python studies/data_fractions.py --cpu           # the main job's task and S4D, on 2 CPU cores
     GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>
 
 Scientific axis: the training fraction {0.005, 0.01, 0.05, 0.1, 0.5, 1.0} of each task (Appendix C.1.4).
@@ -17,6 +18,12 @@ everywhere, PT 1e-2, FT and scratch 2e-3. S4 sizes: the S4 configs for Text and 
 Nuisance: only the scratch learning rate on Text ({1e-3, 5e-4}, best on validation), searched with Ray
 Tune + Optuna; everything else is fixed by the paper.
 Figure 3 has no table: the paper's statement of its numbers is quoted in the report.
+
+CPU scale (--cpu): the main job's setting (studies/architectures.py), UCR OSULeaf with S4D, fractions
+{0.125, 0.25, 0.5, 1.0} of its 159 training series (nested), confirmation seeds 1 2 3 by default (seed 0
+chose the grid). Every stage searches the main job's grid (search_spaces/ucr-osuleaf/s4d-legs.yaml: the
+same lr values and 200 steps for finetuning and scratch); pretraining runs 200 steps at every fraction,
+as the paper fixes pretraining steps across fractions. Budget first: `--cpu --plan`.
 
 Smoke test: listops-mini (tokens) stands in for Text and pathfinder-mini (pixels) for Image, with a
 1-layer, d_model-16 S4, 15 pretraining steps at every fraction, 15 finetuning / scratch steps.
@@ -35,6 +42,8 @@ from sptune.experiments_cli import main  # noqa: E402
 from sptune.experiments.plan import Cell, Plan  # noqa: E402
 
 EXPERIMENT = "data_fractions"
+CPU_MODEL = "s4"  # the paper's Figure 3 model family (S4); the Transformer would double the cost
+CPU_FRACTIONS = (0.125, 0.25, 0.5, 1.0)
 TASKS = ("text", "image")
 # "Until convergence" budget of finetuning and scratch: the S4 configs' full-data schedules (steps).
 CONVERGED_STEPS = {"text": 50_000, "image": 200_000}
@@ -49,7 +58,15 @@ def space(task: str) -> dict:
             for stage in STAGES}
 
 
+def add_flags(parser) -> None:
+    parser.add_argument("--cpu", action="store_true",
+                        help="the experiment at CPU scale on the main job's task (UCR OSULeaf) and S4D: 4 fractions "
+                             "x 3 confirmation seeds, each stage searching the main job's grid")
+
+
 def build(args) -> Plan:
+    if getattr(args, "cpu", False):
+        return build_cpu(args)
     seeds = args.seeds or ([0] if args.smoke_test else [0, 1, 2])
     cells = []
     for paper_task in TASKS:
@@ -86,5 +103,31 @@ def build(args) -> Plan:
                   "resume": "python studies/data_fractions.py (same flags)", "report": "sptune report <experiment dir>"})
 
 
+def build_cpu(args) -> Plan:
+    """The main job's task and S4D on nested fractions of its training split (see the header)."""
+    seeds = args.seeds or [1, 2, 3]
+    display = settings.CPU_MODELS[CPU_MODEL][1]
+    cells = [Cell(key=f"{settings.CPU_TASK}-f{fraction:g}-s{seed}",
+                  labels={"task": settings.CPU_TASK, "model": display, "fraction": fraction, "seed": seed,
+                          "role": settings.cpu_role(seed), "column": f"OSULeaf · {display}"},
+                  overrides=tuple(settings.cpu_overrides(CPU_MODEL) + [f"task.train_fraction={fraction}",
+                                                                      f"run.seed={seed}"]),
+                  space=settings.cpu_space(CPU_MODEL))
+             for fraction in CPU_FRACTIONS for seed in seeds]
+    return Plan(
+        experiment=EXPERIMENT, title="SPT across data scales at CPU scale: S4D on nested subsets of UCR OSULeaf (§3.4, "
+                                     "Figure 3)",
+        axis="training fraction {0.125, 0.25, 0.5, 1.0} of 159 series (nested) x scratch / masked SPT; seeds",
+        nuisance="lr per stage, the main job's grid (finetune and scratch: the same 5 values and 200 steps)",
+        fixed="configs/ucr_osuleaf_s4.yaml (2 blocks x 64, batch 32), 200 pretraining steps at every fraction",
+        layout={"kind": "fraction", "curves": True}, cells=cells,
+        notes=["gain = (SPT - scratch) / scratch, the relative gain of Figure 3 (right); data x = how many times "
+               "its labelled data scratch needs to match SPT (sptune.multiplier).",
+               "The paper gives Figure 3 as a plot only; its text: " + paper.FIGURE_3_TEXT],
+        commands={"launch": "python studies/data_fractions.py --cpu",
+                  "resume": "python studies/data_fractions.py --cpu (same flags)",
+                  "report": "sptune report <experiment dir>"})
+
+
 if __name__ == "__main__":
-    sys.exit(main(EXPERIMENT, build, __doc__))
+    sys.exit(main(EXPERIMENT, build, __doc__, extra=add_flags))

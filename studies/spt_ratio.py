@@ -4,6 +4,7 @@
     resume:  python studies/spt_ratio.py                      # the same command; finished cells are skipped
     report:  sptune report runs/experiments/spt_ratio
     smoke:   python studies/spt_ratio.py --smoke-test         # 35 s on a 2-core CPU (measured)
+    CPU:     python studies/spt_ratio.py --cpu                # the main job's task and models, on 2 CPU cores
     GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>
 
 Scientific axis: the share of a fixed total budget spent on SPT, {0% (trained from scratch), 20%, 40%,
@@ -16,6 +17,11 @@ scratch for the whole budget. Every entry's device-seconds are printed next to i
 Nuisance: none searched (a search would break the compute tie); lr per stage fixed at the paper's:
 Transformer Table 4 rotary rows (Text 5e-4, Image 1e-3), S4 Appendix C.1.4 (Text 5e-4; Image PT 1e-2,
 FT and scratch 2e-3). Fixed: the Table 2 Transformer + Rotary and the S4-config models, masking ratio.
+
+CPU scale (--cpu): the main job's setting (studies/architectures.py), UCR OSULeaf with the Transformer and
+S4D, a budget of 400 steps (the main job's pretraining + finetuning) split 0/20/40/60%, confirmation seeds
+1-5 by default. Each stage's lr is the one the selection seed 0 chose in the main job
+(settings.CPU_SELECTED_LR), not searched, as above.
 
 Smoke test: listops-mini stands in for Text and pathfinder-mini for Image, a budget of 20 steps
 (pretraining 4 / 8 / 12), 1-layer d_model-16 models.
@@ -39,6 +45,7 @@ TRAIN_EXAMPLES = {"text": 22_500, "image": 45_000}  # training split after the 1
 # Appendix C.1.4's finetuning batch sizes (Text 16, Image 50), one per task for both stages.
 BATCH = {task: paper.FRACTION_SETTINGS[task]["finetune"][0][1] for task in TASKS}
 SMOKE_BUDGET = 20
+CPU_BUDGET = 400  # steps: the main job's 200 pretraining + 200 finetuning steps
 MODELS = (("transformer", "Transformer"), ("s4", "S4"))  # Table 8's column names
 
 
@@ -63,7 +70,22 @@ def share_label(share: float) -> str:
     return "0% (scratch)" if share == 0 else f"{share:.0%}"
 
 
+def add_flags(parser) -> None:
+    parser.add_argument("--cpu", action="store_true",
+                        help="the experiment at CPU scale on the main job's task (UCR OSULeaf), Transformer and S4D, "
+                             f"a {CPU_BUDGET}-step budget, 5 confirmation seeds")
+
+
+def split_steps(share: float, total: int) -> list[str]:
+    """A share p pretrains round(p * total) steps and finetunes the rest; 0% is scratch for the whole budget."""
+    pre = round(share * total)
+    return ([f"scratch.optim.max_steps={total}"] if share == 0 else
+            [f"pretrain.optim.max_steps={pre}", f"finetune.optim.max_steps={total - pre}"])
+
+
 def build(args) -> Plan:
+    if getattr(args, "cpu", False):
+        return build_cpu(args)
     seeds = args.seeds or ([0] if args.smoke_test else [0, 1, 2])
     cells = []
     for paper_task in TASKS:
@@ -81,9 +103,7 @@ def build(args) -> Plan:
                                      for stage in STAGES})
             paper_column = f"{paper.TASK_COLUMN[paper_task]} {name}"
             for share in paper.SPT_SHARES:
-                pre = round(share * total)
-                steps = ([f"scratch.optim.max_steps={total}"] if share == 0 else
-                         [f"pretrain.optim.max_steps={pre}", f"finetune.optim.max_steps={total - pre}"])
+                steps = split_steps(share, total)
                 arm = "scratch" if share == 0 else "masked"
                 paper_row = "0% (TFS)" if share == 0 else f"{share:.0%}"
                 for seed in seeds:
@@ -103,12 +123,41 @@ def build(args) -> Plan:
         fixed="total steps per task (Text 30 / Image 150 epochs' worth), one batch size for both stages, models",
         layout={"kind": "grid", "row": "share_label", "col": "column", "row_title": "SPT share",
                 "heading": "Test accuracy (%) at a fixed total budget", "plots": ["shares"],
-                "plot_title": "compute-tied: test accuracy vs SPT share of the budget"},
+                "plot_title": "compute-tied: test accuracy vs SPT share of the budget", "gains_over": share_label(0)},
         cells=cells,
         notes=["Each entry's device-seconds cover its whole budget (SPT + finetuning, or scratch)."],
         commands={"launch": "python studies/spt_ratio.py", "resume": "python studies/spt_ratio.py (same flags)",
                   "report": "sptune report <experiment dir>"})
 
 
+def build_cpu(args) -> Plan:
+    """The main job's task and models under a fixed step budget (see the header)."""
+    seeds = args.seeds or [1, 2, 3, 4, 5]
+    cells = []
+    for model, (_, name) in settings.CPU_MODELS.items():
+        lrs = settings.CPU_SELECTED_LR[model]
+        space = fixed_space({stage: {"optim.lr": lrs[stage], "optim.batch_size": 32} for stage in STAGES})
+        for share in paper.SPT_SHARES:
+            for seed in seeds:
+                cells.append(Cell(
+                    key=f"{settings.CPU_TASK}-{model}-spt{round(100 * share)}-s{seed}",
+                    labels={"task": settings.CPU_TASK, "model": name, "share": share, "share_label": share_label(share),
+                            "seed": seed, "role": settings.cpu_role(seed), "budget_steps": CPU_BUDGET,
+                            "column": f"OSULeaf · {name}"},
+                    overrides=tuple(settings.cpu_overrides(model) + split_steps(share, CPU_BUDGET) + [f"run.seed={seed}"]),
+                    stages=("scratch",) if share == 0 else ("pretrain", "finetune"), space=space))
+    return Plan(
+        experiment=EXPERIMENT, title="Compute-tied SPT at CPU scale: a 400-step budget on UCR OSULeaf (Appendix D, Table 8)",
+        axis="SPT share {0, 20, 40, 60}% of 400 steps x model (Transformer, S4D); seeds",
+        nuisance="none searched: each stage's lr as the main job's selection seed 0 chose it",
+        fixed="configs/ucr_osuleaf_{transformer,s4}.yaml (2 blocks x 64, batch 32), the 400-step budget",
+        layout={"kind": "grid", "row": "share_label", "col": "column", "row_title": "SPT share",
+                "heading": "Test accuracy (%) at a fixed total budget of 400 steps", "plots": ["shares"],
+                "plot_title": "compute-tied: test accuracy vs SPT share of the budget", "gains_over": share_label(0)},
+        cells=cells, notes=["Each entry's device-seconds cover its whole budget (SPT + finetuning, or scratch)."],
+        commands={"launch": "python studies/spt_ratio.py --cpu", "resume": "python studies/spt_ratio.py --cpu (same flags)",
+                  "report": "sptune report <experiment dir>"})
+
+
 if __name__ == "__main__":
-    sys.exit(main(EXPERIMENT, build, __doc__))
+    sys.exit(main(EXPERIMENT, build, __doc__, extra=add_flags))

@@ -2,6 +2,7 @@
 
 import argparse
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -226,6 +227,18 @@ def test_fraction_report_gain_is_paired_by_seed_with_a_t_interval(tmp_path):
     assert "+19.00 ± 2.48 (95% CI [+16.52, +21.48], n=3)" in table
 
 
+def test_gains_over_a_reference_row_are_paired_by_seed(tmp_path):
+    # spt_ratio's shape: the "0%" row is scratch alone (fraction 0.1 cells), the "20%" row SPT alone (fraction 1.0)
+    plan = synthetic_plan([0, 1, 2], layout={"kind": "grid", "row": "share_label", "col": "column",
+                                             "gains_over": "0%"})
+    plan.cells = [replace(c, stages=("scratch",) if c.labels["fraction"] == 0.1 else ("pretrain", "finetune"))
+                  for c in plan.cells]
+    write_synthetic_study(tmp_path, plan)
+    table = report.write(tmp_path)["table"].read_text()
+    # SPT at fraction 1.0 (0.60 + 0.01 seed) over scratch (0.40 + 0.02 seed): 20, 19, 18 points, paired by seed
+    assert "Paired gain over 0%" in table and "| 20% | +19.00 ± 2.48 (95% CI [+16.52, +21.48], n=3)" in table
+
+
 def test_report_marks_missing_runs(tmp_path):
     plan = synthetic_plan([0])
     write_synthetic_study(tmp_path, plan)
@@ -250,10 +263,12 @@ def test_accuracy_prints_in_percent_and_r2_as_is():
 # ----------------------------------------------------------------------------- the real grids
 STUDY_SCRIPTS = ("lra_table", "data_fractions", "model_sizes", "spt_ratio", "kernels", "modalities", "architectures")
 REAL_CELLS = {"lra_table": 111, "data_fractions": 36, "model_sizes": 30, "spt_ratio": 48, "kernels": 4,
-              "modalities": 36, "architectures": 2}
+              "modalities": 36, "architectures": 2, "data_fractions --cpu": 12, "spt_ratio --cpu": 40,
+              "architectures --compute-tied --seeds 1 2": 8}
 
 
-@pytest.mark.parametrize("study", STUDY_SCRIPTS)
+@pytest.mark.parametrize("study", [*STUDY_SCRIPTS, "data_fractions --cpu", "spt_ratio --cpu",
+                                   "architectures --compute-tied --seeds 1 2"])
 def test_real_grid_builds_valid_configs_and_search_spaces(study):
     """The paper's grid of every script resolves: every stage's config validates, every space parses."""
     import importlib.util
@@ -261,11 +276,12 @@ def test_real_grid_builds_valid_configs_and_search_spaces(study):
 
     from sptune.tune import spaces
 
-    path = Path(__file__).resolve().parents[1] / "studies" / f"{study}.py"
-    spec = importlib.util.spec_from_file_location(f"study_{study}", path)
+    script, *argv = study.split()
+    path = Path(__file__).resolve().parents[1] / "studies" / f"{script}.py"
+    spec = importlib.util.spec_from_file_location(f"study_{script}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    plan = module.build(cli.parse_args("", []))
+    plan = module.build(cli.parse_args("", argv, extra=getattr(module, "add_flags", None)))
     assert len(plan.cells) == REAL_CELLS[study] and len({c.key for c in plan.cells}) == len(plan.cells)
     for cell in plan.cells:
         assert not cell.labels["task"].endswith("-mini")

@@ -177,6 +177,18 @@ def grid_table(arm_rows: list[dict[str, Any]], layout: dict[str, Any]) -> str:
     return markdown_table(header, body)
 
 
+def gains_lines(arm_rows: list[dict[str, Any]], layout: dict[str, Any]) -> list[str]:
+    """Every row's paired gain over the layout's reference row (`gains_over`, e.g. the SPT shares of a
+    compute-tied budget over its 0% scratch row), per column, pairs matched by seed (sptune.stats)."""
+    reference, row_key, col_key = layout["gains_over"], layout.get("row", "row"), layout["col"]
+    table = entries(arm_rows, row_key, col_key)
+    cols = ordered([str(a[col_key]) for a in arm_rows])
+    body = [[row] + [fmt_gain(table.get((reference, col)), table.get((row, col))) for col in cols]
+            for row in ordered([str(a[row_key]) for a in arm_rows]) if row != reference]
+    return [f"Paired gain over {reference} (test metric, points for accuracy; 95% CI, pairs matched by seed):", "",
+            markdown_table([layout.get("row_title", ""), *cols], body), ""]
+
+
 def average_entry(row: str, cols: list[str], table: dict, average: dict[str, Any]) -> str:
     """The paper's average: the mean over the row's tasks, leaving out average["exclude"] (PathX-256, Table 2)."""
     used = [c for c in cols if c not in average.get("exclude", [])]
@@ -346,6 +358,9 @@ def write(experiment_dir: str | Path) -> dict[str, Any]:
         pngs.append(figures.fractions(arm_rows, experiment_dir / "fractions.png", data_multipliers(arm_rows)))
     else:
         lines += [f"## {layout.get('heading', 'Results')}", "", grid_table(arm_rows, layout), ""]
+        if layout.get("gains_over"):
+            summary_lines = gains_lines(arm_rows, layout)
+            lines += summary_lines
         if layout.get("architectures"):  # the 2 x 2 of paper Table 1: gains, gaps, baselines
             summary_lines = architectures.lines(arm_rows, layout) + architectures.boundary_lines(plan, rows)
             lines += summary_lines

@@ -8,11 +8,15 @@ fast setting on the embedded tasks.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from sptune.config import STAGES
 from sptune.errors import UserError
 from sptune.experiments import paper
+from sptune.tune import spaces
 
 # ----------------------------------------------------------------------------- smoke scale
 # d_model 16, one layer, 15 steps per stage, 32 validation examples: every experiment in minutes on 2 CPU cores.
@@ -57,6 +61,40 @@ def column(task: str, paper_task: str, smoke: bool, suffix: str = "") -> str:
     """Table column of a task: the paper's column name, or "<embedded task> (for <paper column>)"."""
     name = paper.TASK_COLUMN.get(paper_task, paper_task) + suffix
     return f"{task} (for {name})" if smoke else name
+
+
+# ----------------------------------------------------------------------------- CPU scale
+# The main job's setting (studies/architectures.py): the embedded real task UCR OSULeaf, a Transformer and
+# S4D of the same backbone, each with its lr grid chosen on the selection seed 0 (docs/main-job-selection.md).
+# The data-fraction and SPT-ratio experiments take it with --cpu, so their findings sit on the same ground.
+ROOT = Path(__file__).resolve().parents[2]  # the checkout the studies/ scripts run from (configs/ live there)
+CPU_TASK = "ucr-osuleaf"
+CPU_SELECTION_SEEDS = (0,)  # chose the grids and the step budget: every CPU-scale experiment reports them apart
+CPU_MODELS = {"transformer": ("transformer", "Transformer"), "s4": ("s4d-legs", "S4D")}  # config -> (space, display)
+
+
+# Each stage's lr that the selection seed 0 chose in the main job (docs/main-job-selection.md, probes 5-6):
+# the settings of CPU-scale arms that are not searched (a compute-tied budget, scratch for SPT's total steps).
+CPU_SELECTED_LR = {"transformer": {"pretrain": 1e-3, "finetune": 1e-3, "scratch": 3e-3},
+                   "s4": {"pretrain": 1e-3, "finetune": 1e-2, "scratch": 3e-2}}
+
+
+def cpu_overrides(model: str) -> list[str]:
+    """configs/ucr_osuleaf_<model>.yaml as `section.key=value` overrides (cells are built from overrides)."""
+    data = yaml.safe_load((ROOT / "configs" / f"ucr_osuleaf_{model}.yaml").read_text())
+    return [f"{section}.{key}={value}" for section, values in data.items() if section != "stages"
+            for key, value in values.items()]
+
+
+def cpu_space(model: str) -> dict[str, Any]:
+    """The model's searched grid, search_spaces/ucr-osuleaf/<model name>.yaml, as a cell's space."""
+    data = yaml.safe_load(spaces.default_path(CPU_TASK, CPU_MODELS[model][0]).read_text())
+    return {stage: {"params": spec["params"], "points": spec.get("points", [])}
+            for stage, spec in data["stages"].items()}
+
+
+def cpu_role(seed: int) -> str:
+    return "selection" if seed in CPU_SELECTION_SEEDS else "confirmation"
 
 
 # ----------------------------------------------------------------------------- the paper's models
