@@ -7,7 +7,7 @@ old loop, one cell after another.
 A local Ray instance with more slots than cores (`ray.init(num_cpus=--slots)`, 1-CPU trials) runs an
 experiment of --cells tune cells, each with the shape of a study: pretraining (a 2-point grid) ->
 finetuning from the selected pretraining trial (2 points) and scratch (2 points), at most 2 trials per
-phase at a time. Each trial's work is `--seconds` of sleep (benchmarks/reporting_trial.py): a slot held,
+stage at a time. Each trial's work is `--seconds` of sleep (benchmarks/reporting_trial.py): a slot held,
 no core used, so the figures measure the scheduling, not this machine's cores.
 
 Printed: each cell's critical path (its longest pretraining trial + longest finetuning trial, or its

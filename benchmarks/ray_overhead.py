@@ -59,7 +59,7 @@ def tuned(config: str, overrides: list[str], trials: int, out: Path, path: str) 
         ray_start = time.perf_counter() - start
         begin_wall = time.time()
         begin = time.perf_counter()
-        pipeline.run_phase(Path(state["dir"]), state, "scratch", trainable.stage_trainable, verbose=0)
+        pipeline.run_stage_search(Path(state["dir"]), state, "scratch", trainable.stage_trainable, verbose=0)
         total = time.perf_counter() - begin
     runs = sorted((Path(state["dir"]) / "scratch").iterdir(),
                   key=lambda d: files.read_json(d / "trial.json")["attempts"][0]["started"])

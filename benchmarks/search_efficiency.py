@@ -191,7 +191,7 @@ def default_method() -> str:
                                        space)
     sampler = "grid" if options["sampler"] in ("auto", "brute") else "tpe"
     trials = spaces.trial_count(space.stages["scratch"], options["num_samples"])
-    return sampler + ("+asha" if spaces.phase_asha(options, trials) else "")
+    return sampler + ("+asha" if spaces.stage_asha(options, trials) else "")
 
 
 def main() -> int:

@@ -7,7 +7,7 @@
 
 `sptune study` and `sptune resume` are run_study and resume_study with the same options
 (sptune.tune.options: the flags of `sptune study` and of the paper-experiment scripts). What a study
-prints (`output`): "progress" (default: a bar per phase, a line per finished trial, the table),
+prints (`output`): "progress" (default: a bar per stage, a line per finished trial, the table),
 "verbose" (also Ray Tune's tables and every trial's output), "quiet" (the table only). Whatever the
 choice, everything Ray and the trials print goes to <study>/study.log.
 """
@@ -40,7 +40,7 @@ def run_study(config: str | Path, overrides: Sequence[str] = (), dir: str | Path
     `options` (sptune.tune.options.Options, the flags of `sptune study`), with any of its fields given
     by name on top, e.g. `run_study(cfg, num_samples=4, logger="mlflow")`. `seeds`: the same study once
     per seed (one study directory each) and the paired SPT - scratch gain with its 95% CI
-    (sptune.tune.seeds). `sequential_phases`: the scratch search waits for finetuning instead of running
+    (sptune.tune.seeds). `sequential_stages`: the scratch search waits for finetuning instead of running
     beside the pretrain -> finetune chain (the default, which shares the cluster between them).
     `time_budget_s`: stop cleanly after that many wall seconds of this run (what finished is reported;
     resume continues). Raises UserError for a bad option, before any Ray work.
@@ -73,7 +73,7 @@ def run_study(config: str | Path, overrides: Sequence[str] = (), dir: str | Path
 def resume_study(study_dir: str | Path, *, address: str | None = None, output: str = "progress",
                  retry_failed: bool = False, time_budget_s: float | None = None) -> Path:
     """Continue a study whose driver stopped: finished trials are kept, unfinished ones continue;
-    `retry_failed` also reruns crashed trials of finished phases from their last checkpoint."""
+    `retry_failed` also reruns crashed trials of finished stages from their last checkpoint."""
     from sptune.tune import seeds as tune_seeds
     from sptune.tune import pipeline
 
@@ -82,7 +82,7 @@ def resume_study(study_dir: str | Path, *, address: str | None = None, output: s
         return _run_seeds(Path(study_dir).resolve(), address, output,
                           [f"resuming the multi-seed study {Path(study_dir).resolve()}"])
     state = pipeline.load_state(study_dir)
-    done = [p for p, s in state["phases"].items() if s == "done"]
+    done = [p for p, s in state["stage_status"].items() if s == "done"]
     return _run(Path(state["dir"]), address, output,
                 [f"resuming {state['dir']}" + (f" (done: {', '.join(done)})" if done else "")], retry_failed,
                 time_budget_s)

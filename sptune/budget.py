@@ -1,6 +1,6 @@
 """Budget before paying: what a study (or every cell of an experiment) will cost, before anything trains.
 
-For each phase: the number of trials the search space gives it (spaces.trial_count), the optimizer
+For each stage: the number of trials the search space gives it (spaces.trial_count), the optimizer
 steps of each trial (data.stage_steps, as the trainer resolves them), and FLOPs counted on a meta copy
 of the trial's model (sptune.flops, the same count result.json reports): training = FLOPs per example x
 examples seen, evaluation = one validation pass every eval_every steps and at the end, plus the single
@@ -8,7 +8,7 @@ test pass. Device-hours are FLOPs / achieved FLOP/s:
     this node  the training FLOP/s `sptune doctor` measures here (its throughput model, fp32), which a
                different model reaches only roughly;
     a GPU      the vendor's dense peak for the config's precision x a stated utilisation (--utilization).
-Trials run side by side (max_concurrent per phase, across cells of an experiment), so wall-clock time on
+Trials run side by side (max_concurrent per stage, across cells of an experiment), so wall-clock time on
 N devices is about device-hours / N. ASHA stops trials early, so with ASHA on the figures are an upper
 bound. Nothing here creates a directory or starts Ray.
 """
@@ -37,11 +37,11 @@ DEFAULT_GPU, DEFAULT_UTILIZATION = "a100", 0.4
 
 
 @dataclass(frozen=True)
-class PhaseBudget:
-    """One phase of one study: its trials and their summed cost (None where the data must be read)."""
+class StageBudget:
+    """One stage of one study: its trials and their summed cost (None where the data must be read)."""
 
     cell: str
-    phase: str
+    stage: str
     trials: int
     precision: str  # run.precision: which GPU peak applies
     steps: int | None  # per trial (the mean over the grid's batch sizes)
@@ -74,8 +74,8 @@ def example_inputs(task: Any) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @lru_cache(maxsize=None)
-def model_flops(cfg_key: str, phase: str) -> Any:
-    """sptune.flops.Flops of the phase's model (cached: grid points differ in lr and batch, not shape)."""
+def model_flops(cfg_key: str, stage: str) -> Any:
+    """sptune.flops.Flops of the stage's model (cached: grid points differ in lr and batch, not shape)."""
     from sptune import flops, runs, train
     from sptune.build import build_pretrain_model, build_task_model
     from sptune.data import step_draw
@@ -83,20 +83,20 @@ def model_flops(cfg_key: str, phase: str) -> Any:
 
     cfg = from_dict(json.loads(cfg_key))
     task = get_task(cfg.task.name)
-    cfg = runs.resolve(cfg, task, phase)
+    cfg = runs.resolve(cfg, task, stage)
     x, lengths = example_inputs(task)
-    if phase == "pretrain":
+    if stage == "pretrain":
         masked_continuous = cfg.objective.kind == "masked" and task.input_kind == "continuous"
         model = build_pretrain_model(cfg, task, mask_channel=masked_continuous)
     else:
         model = build_task_model(cfg, task)
-    if phase == "pretrain":
+    if stage == "pretrain":
         problem, lengths = train.denoise(cfg, task, x, lengths, step_draw(cfg.run.seed, 0))
         x = problem.inputs
     return flops.measure(model, x, lengths, task.seq_len)
 
 
-def trial_cost(cfg: Config, phase: str, sizes: dict[str, int]) -> tuple[int, float, float]:
+def trial_cost(cfg: Config, stage: str, sizes: dict[str, int]) -> tuple[int, float, float]:
     """(steps, training FLOPs, evaluation FLOPs) of one trial."""
     from sptune.data import examples_seen, fraction_size, stage_steps
 
@@ -104,7 +104,7 @@ def trial_cost(cfg: Config, phase: str, sizes: dict[str, int]) -> tuple[int, flo
     steps = stage_steps(cfg.optim.max_steps, cfg.optim.epochs, cfg.optim.batch_size, n_train)
     # Only the shapes matter: one count per model and task, whatever the trial's lr, batch size or seed.
     shape_only = dataclasses.replace(cfg, optim=type(cfg.optim)(), run=type(cfg.run)())
-    cost = model_flops(_key(shape_only), phase)
+    cost = model_flops(_key(shape_only), stage)
     # optim.accumulate splits each batch into micro-batches: the same examples, `accumulate` model calls.
     train_flops = cost.train(examples_seen(n_train, cfg.optim.batch_size, steps), steps * cfg.optim.accumulate)
     evals = steps // cfg.optim.eval_every + (1 if steps % cfg.optim.eval_every else 0)
@@ -124,26 +124,26 @@ def _key(cfg: Config) -> str:
 
 
 # ----------------------------------------------------------------------------- one study
-def study_budget(state: dict[str, Any], cell: str = "", phases: tuple[str, ...] = STAGES) -> list[PhaseBudget]:
-    """The phases of a resolved study (pipeline.resolve's state), each summed over its trials."""
+def study_budget(state: dict[str, Any], cell: str = "", stages: tuple[str, ...] = STAGES) -> list[StageBudget]:
+    """The stages of a resolved study (pipeline.resolve's state), each summed over its trials."""
     from sptune.tune import spaces
 
     space = spaces.parse({"stages": state["space"]["stages"]}, state["space"]["path"])
-    return [phase_budget(state["stages"][phase], phase, spaces.trial_count(space.stages[phase],
-                         state["options"].num_samples), shape_points(space.stages[phase].params), cell)
-            for phase in phases]
+    return [stage_budget(state["stages"][stage], stage, spaces.trial_count(space.stages[stage],
+                         state["options"].num_samples), shape_points(space.stages[stage].params), cell)
+            for stage in stages]
 
 
-def phase_budget(stage: dict[str, Any], phase: str, trials: int, points: list[dict[str, Any]],
-                 cell: str = "") -> PhaseBudget:
-    """`trials` trials of a stage config, each costing the mean over `points` (the grid's shapes)."""
-    precision = stage["run"]["precision"]
-    sizes = split_sizes(stage["task"]["name"], stage["task"]["data_dir"], stage["run"]["seed"])
+def stage_budget(resolved: dict[str, Any], stage: str, trials: int, points: list[dict[str, Any]],
+                 cell: str = "") -> StageBudget:
+    """`trials` trials of a resolved stage config, each costing the mean over `points` (the grid's shapes)."""
+    precision = resolved["run"]["precision"]
+    sizes = split_sizes(resolved["task"]["name"], resolved["task"]["data_dir"], resolved["run"]["seed"])
     if isinstance(sizes, str):
-        return PhaseBudget(cell, phase, trials, precision, None, None, None, unknown=sizes)
-    costs = [trial_cost(stage_config(stage, point), phase, sizes) for point in points]
+        return StageBudget(cell, stage, trials, precision, None, None, None, unknown=sizes)
+    costs = [trial_cost(stage_config(resolved, point), stage, sizes) for point in points]
     steps, train_flops, eval_flops = (sum(c[i] for c in costs) / len(costs) for i in range(3))
-    return PhaseBudget(cell, phase, trials, precision, round(steps), trials * train_flops, trials * eval_flops)
+    return StageBudget(cell, stage, trials, precision, round(steps), trials * train_flops, trials * eval_flops)
 
 
 @lru_cache(maxsize=None)
@@ -158,7 +158,7 @@ def split_sizes(task: str, data_dir: str, seed: int) -> dict[str, int] | str:
 
 
 def shape_points(params: dict[str, Any]) -> list[dict[str, Any]]:
-    """The combinations of a phase's listed values (ranges, like lr, change no shape and are left out):
+    """The combinations of a stage's listed values (ranges, like lr, change no shape and are left out):
     each trial's cost is taken as their mean, exact when the whole grid runs."""
     listed = {k: v for k, v in params.items() if isinstance(v, list)}
     return [dict(zip(listed, combo)) for combo in itertools.product(*listed.values())]
@@ -192,32 +192,32 @@ def gpu_flops_per_s(gpu: str, precision: str, utilization: float) -> float:
     return GPU_PEAK_TFLOPS[gpu]["fp32" if precision == "fp32" else "bf16"] * 1e12 * utilization
 
 
-def format_budget(title: str, phases: list[PhaseBudget], node: tuple[float, str], gpu: str = DEFAULT_GPU,
+def format_budget(title: str, stages: list[StageBudget], node: tuple[float, str], gpu: str = DEFAULT_GPU,
                   utilization: float = DEFAULT_UTILIZATION) -> list[str]:
-    """The plan as printed: a row per (cell,) phase, the total, device-hours here and on the GPU."""
+    """The plan as printed: a row per (cell,) stage, the total, device-hours here and on the GPU."""
     gpu_flops_per_s(gpu, "fp32", utilization)  # a bad --gpu / --utilization fails before the table
-    width = max([len(p.cell) for p in phases] + [4]) if any(p.cell for p in phases) else 0
+    width = max([len(p.cell) for p in stages] + [4]) if any(p.cell for p in stages) else 0
     cell = (lambda text: f"{text:{width}s} ") if width else (lambda text: "")
-    lines = [title, f"{cell('cell')}{'phase':9s} {'trials':>6s} {'steps/trial':>11s} {'train PFLOP':>12s} "
+    lines = [title, f"{cell('cell')}{'stage':9s} {'trials':>6s} {'steps/trial':>11s} {'train PFLOP':>12s} "
                     f"{'eval PFLOP':>11s}  precision"]
-    for p in phases:
+    for p in stages:
         numbers = (f"{'?':>11s} {'?':>12s} {'?':>11s}" if p.flops is None else
                    f"{p.steps:11d} {p.train_flops / 1e15:12.4g} {p.eval_flops / 1e15:11.4g}")
-        lines.append(f"{cell(p.cell)}{p.phase:9s} {p.trials:6d} {numbers}  {p.precision}")
-    known = [p for p in phases if p.flops is not None]
+        lines.append(f"{cell(p.cell)}{p.stage:9s} {p.trials:6d} {numbers}  {p.precision}")
+    known = [p for p in stages if p.flops is not None]
     lines.append(f"{cell('')}{'total':9s} {sum(p.trials for p in known):6d} {'':11s} "
                  f"{sum(p.train_flops for p in known) / 1e15:12.4g} {sum(p.eval_flops for p in known) / 1e15:11.4g}")
     total = sum(p.flops for p in known)
     gpu_hours = sum(p.flops / gpu_flops_per_s(gpu, p.precision, utilization) for p in known) / 3600
     peaks = ", ".join(f"{k} {v:g}" for k, v in GPU_PEAK_TFLOPS[gpu].items())
     lines += [f"this node ({node[1]}): {total / node[0] / 3600:.4g} device-hours",
-              f"{gpu} (peak TFLOP/s {peaks}, by each phase's precision, x {utilization:.0%} utilization): "
+              f"{gpu} (peak TFLOP/s {peaks}, by each stage's precision, x {utilization:.0%} utilization): "
               f"{gpu_hours:.4g} device-hours",
               "device-hours are summed over trials (wall-clock on N devices: about device-hours / N); "
               "with ASHA on they are an upper bound"]
-    unknown = sorted({p.unknown for p in phases if p.unknown})
+    unknown = sorted({p.unknown for p in stages if p.unknown})
     if unknown:
-        lines.append(f"not counted: {len(phases) - len(known)} phase(s) of {sum(p.trials for p in phases) - sum(p.trials for p in known)} "
+        lines.append(f"not counted: {len(stages) - len(known)} stage(s) of {sum(p.trials for p in stages) - sum(p.trials for p in known)} "
                      f"trials ('?'), whose split sizes come from data not prepared here:")
         lines += [f"  {reason}" for reason in unknown]
     return lines

@@ -3,7 +3,7 @@
     python studies/lra_table.py --smoke-test                # an experiment script (see its header)
     sptune report runs/experiments/lra_table                # a paper experiment (plan.json): table.md, CSVs, plots
     sptune report runs/study-listops_mini_transformer      # a `sptune study` (study.json): table, results.csv,
-                                                           # Optuna's plots of each phase's search (plots/)
+                                                           # Optuna's plots of each stage's search (plots/)
     sptune report runs/seeds-shapes_tiny_transformer --plot docs/seeds-shapes-tiny.png   # a `study --seeds` dir
 
 The scripts take the search and resource flags of `sptune study` (sptune.tune.options); `sptune report`
@@ -39,7 +39,7 @@ def parse_args(description: str, argv: list[str] | None = None,
                              "paper's values, no search (default with --smoke-test)")
     parser.add_argument("--seeds", type=int, nargs="+", help="training seeds (an axis of every experiment)")
     parser.add_argument("--plan", action="store_true",
-                        help="print the budget instead of running: trials per cell and phase, FLOPs, device-hours "
+                        help="print the budget instead of running: trials per cell and stage, FLOPs, device-hours "
                              "here and on --gpu (nothing trains, no directory is made)")
     study_cli.budget_flags(parser)
     group = parser.add_argument_group("tune backend (the options of `sptune study`)")
@@ -106,9 +106,9 @@ def print_budget(plan: Plan, options: search_options.Options, args: argparse.Nam
     from sptune.experiments.run import cell_budget
     from sptune import budget
 
-    phases = [phase for cell in plan.cells for phase in cell_budget(cell, plan.backend, options)]
+    stages = [stage for cell in plan.cells for stage in cell_budget(cell, plan.backend, options)]
     title = f"plan of {plan.experiment}: {len(plan.cells)} cells, backend {plan.backend}; nothing trains"
-    for line in budget.format_budget(title, phases, budget.node_flops_per_s(args.seconds), args.gpu,
+    for line in budget.format_budget(title, stages, budget.node_flops_per_s(args.seconds), args.gpu,
                                      args.utilization):
         print(line)
 
@@ -118,7 +118,7 @@ def register(subparsers) -> None:
         "report", help="rebuild the table.md, results.csv and PNG plots of an experiment or a study (no training)",
         description="Rebuild table.md, results.csv, summary.csv and the PNG plots of an experiment directory "
                     "written by a script in studies/; for a `sptune study` directory: its table, results.csv "
-                    "and Optuna's plots of each phase (optimization history, parameter importances, slice); for "
+                    "and Optuna's plots of each stage (optimization history, parameter importances, slice); for "
                     "a `sptune study --seeds` directory: the paired SPT - scratch table and its plot.")
     report.add_argument("study_dir", metavar="dir",
                         help="an experiment, study or multi-seed study directory (holds plan.json, study.json, "

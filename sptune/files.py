@@ -35,10 +35,10 @@ WORKER = "worker.json"  # the node and process that ran a Tune trial
 TRIAL_ERROR = "error.json"  # a crashed trial's last error, as Tune reported it
 
 # ----------------------------------------------------------------------------- study directory
-STUDY = "study.json"  # what was asked, phase states, the selected pretraining trial
+STUDY = "study.json"  # what was asked, stage states, the selected pretraining trial
 RESULTS_CSV = "results.csv"  # one row per trial
 STUDY_LOG = "study.log"  # everything Ray, Tune and the trials printed (sptune.output)
-OPTUNA_JOURNAL = "optuna.journal"  # every phase's Optuna study
+OPTUNA_JOURNAL = "optuna.journal"  # every stage's Optuna study
 DRIVER = "driver.json"  # the driver process that owns the study's Ray instance
 
 # ----------------------------------------------------------------------------- seeds directory

@@ -3,7 +3,7 @@
     sptune study configs/listops_mini_transformer.yaml                  # search space from task/model
     sptune study configs/listops_mini_transformer.yaml --smoke --dir /tmp/smoke
     sptune study configs/listops_mini_transformer.yaml --logger mlflow     # or wandb; --verbose: Ray's tables
-    sptune study configs/listops_mini_transformer.yaml --sequential-phases # scratch after finetuning, not beside
+    sptune study configs/listops_mini_transformer.yaml --sequential-stages # scratch after finetuning, not beside
     sptune resume runs/study-listops_mini_transformer                   # after Ctrl-C / a killed driver
     sptune resume runs/study-listops_mini_transformer --retry-failed    # also rerun crashed trials
     sptune results runs/study-listops_mini_transformer                  # table + results.csv
@@ -50,15 +50,15 @@ def register(subparsers) -> None:
     resume.add_argument("--time-budget", dest="time_budget_s", type=float, metavar="SECONDS",
                         help="stop cleanly after this many wall seconds (resume again to continue)")
     resume.add_argument("--retry-failed", action="store_true",
-                        help="also rerun crashed trials of finished phases, from their last checkpoint "
+                        help="also rerun crashed trials of finished stages, from their last checkpoint "
                              "(deterministic failures - out of memory, non-finite loss - are final)")
     _output_flags(resume)
     resume.set_defaults(func=cmd_resume)
 
     plan = subparsers.add_parser(
-        "plan", help="a study's budget before paying: trials per phase, FLOPs, device-hours here and on a GPU",
+        "plan", help="a study's budget before paying: trials per stage, FLOPs, device-hours here and on a GPU",
         description="Resolve the study `sptune study` would run (config, search space, options) and print "
-                    "its trials per phase, training and evaluation FLOPs, and projected device-hours on "
+                    "its trials per stage, training and evaluation FLOPs, and projected device-hours on "
                     "this node (measured) and on a GPU (peak x utilization). Nothing trains; no directory "
                     "is made.")
     _study_arguments(plan)
@@ -117,9 +117,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     state = pipeline.resolve(args.config, args.overrides, args.search_space, options.from_args(args),
                              check_rungs=False)
-    phases = budget.study_budget(state)
+    stages = budget.study_budget(state)
     title = f"plan of `sptune study {args.config}` (search space {state['space']['path']}); nothing trains"
-    for line in budget.format_budget(title, phases, budget.node_flops_per_s(args.seconds), args.gpu,
+    for line in budget.format_budget(title, stages, budget.node_flops_per_s(args.seconds), args.gpu,
                                      args.utilization):
         print(line)
     return 0

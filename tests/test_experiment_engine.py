@@ -33,12 +33,12 @@ def test_cells_share_one_tune_run_and_stay_studies(tmp_path, ray_instance):  # n
                             on_cell=lambda cell, status, seconds: seen.append((cell.key, status)))
     assert failed == ["bad"] and (tmp_path / files.CELLS / "bad" / files.CELL_ERROR).is_file()
     assert sorted(seen) == [("a", "done"), ("b", "done"), ("bad", "failed")]
-    assert [p.name for p in (tmp_path / "tune").iterdir()] == ["experiment"]  # one Tune run, not one per phase
+    assert [p.name for p in (tmp_path / "tune").iterdir()] == ["experiment"]  # one Tune run, not one per stage
     spans = []
     for key in ("a", "b"):
         cell_dir = tmp_path / files.CELLS / key
         state = files.read_json(cell_dir / files.STUDY)
-        assert state["phases"] == {"pretrain": "done", "finetune": "done", "scratch": "done"}
+        assert state["stage_status"] == {"pretrain": "done", "finetune": "done", "scratch": "done"}
         rows = results.collect(cell_dir)
         assert sorted(r["stage"] for r in rows) == ["finetune", "pretrain", "pretrain", "scratch"]
         assert all(r["status"] == "completed" for r in rows)

@@ -17,7 +17,7 @@ from sptune.tune import results, session
 
 pytestmark = pytest.mark.slow  # ~90 s on 2 CPU cores: the killed run, its resume, an uninterrupted run
 
-# Pretraining and scratch long enough to be caught mid-way; one trial per phase at a time.
+# Pretraining and scratch long enough to be caught mid-way; one trial per stage at a time.
 LONG = ["pretrain.optim.max_steps=120", "pretrain.optim.eval_every=10",
         "scratch.optim.max_steps=120", "scratch.optim.eval_every=10"]
 SPACE = {"pretrain": {"params": {"optim.lr": [1e-3, 3e-3]}, "points": []},

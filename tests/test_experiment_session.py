@@ -17,7 +17,7 @@ import pytest
 
 from ray_fixtures import REPO, TINY, sptune_env
 
-pytestmark = pytest.mark.slow  # ~40 s on 2 CPU cores: Ray's start, one Tune phase, one TorchTrainer trial
+pytestmark = pytest.mark.slow  # ~40 s on 2 CPU cores: Ray's start, one Tune stage, one TorchTrainer trial
 
 EXPERIMENT = """
 import json, sys, time
@@ -74,6 +74,6 @@ def test_a_torchtrainer_cell_leaves_no_placement_group_and_no_process(tmp_path):
     assert len(seen["groups"]) >= 2 and set(seen["groups"]) == {"REMOVED"}, seen["groups"]
     assert seen["left"] == [] and seen["leftover"] == []
     state = json.loads((experiment_dir / "cells" / "scratch-s0" / "study.json").read_text())
-    assert state["options"]["path"] == "train" and state["phases"]["scratch"] == "done"
+    assert state["options"]["path"] == "train" and state["stage_status"]["scratch"] == "done"
     assert state["space"]["stages"]["scratch"]["points"] == [{"optim.lr": 1e-3, "optim.batch_size": 8}]
     assert not (experiment_dir / "cells" / "scratch-s0" / "space.yaml").exists()  # the space is passed, not written

@@ -115,7 +115,7 @@ def test_oom_is_final_and_a_crash_is_failed_then_retried_from_its_checkpoint(tmp
     state = new_study(tmp_path, stages, overrides=["optim.max_steps=40", "optim.eval_every=4"],
                       options=pipeline.Options(max_failures=1))
     study_dir = Path(state["dir"])
-    pipeline.run_phase(study_dir, state, "scratch", failing_trainable, verbose=0)
+    pipeline.run_stage_search(study_dir, state, "scratch", failing_trainable, verbose=0)
     rows = {r["optim.lr"]: r for r in results.collect(study_dir)}
 
     # Out of memory: failed at once with the reason, not retried (max_failures=1 would have allowed one).
@@ -132,8 +132,8 @@ def test_oom_is_final_and_a_crash_is_failed_then_retried_from_its_checkpoint(tmp
     state = new_study(tmp_path / "again", {"scratch": {"params": {"optim.lr": [1e-3], "optim.batch_size": [8]}}},
                       overrides=["optim.max_steps=40", "optim.eval_every=4"], options=pipeline.Options(max_failures=0))
     study_dir = Path(state["dir"])
-    pipeline.run_phase(study_dir, state, "scratch", failing_trainable, verbose=0)
-    state["phases"] = {"pretrain": "skipped: test", "finetune": "skipped: test", "scratch": "done"}
+    pipeline.run_stage_search(study_dir, state, "scratch", failing_trainable, verbose=0)
+    state["stage_status"] = {"pretrain": "skipped: test", "finetune": "skipped: test", "scratch": "done"}
     pipeline.save_state(study_dir, state)
     (row,) = results.collect(study_dir)
     assert row["status"] == "failed" and row["reason"] == "RuntimeError: injected crash" and row["steps"] >= 20
@@ -142,7 +142,7 @@ def test_oom_is_final_and_a_crash_is_failed_then_retried_from_its_checkpoint(tmp
     assert ",failed,RuntimeError: injected crash," in (study_dir / "results.csv").read_text()
     assert hparams_status(row["run_dir"]) == "failure"
 
-    # A plain resume leaves a finished phase alone; --retry-failed reruns the crash from its checkpoint.
+    # A plain resume leaves a finished stage alone; --retry-failed reruns the crash from its checkpoint.
     assert pipeline.crashed_trials(study_dir, "scratch") == [Path(row["run_dir"])]
     (row,) = pipeline.run(study_dir, verbose=0, trainable=failing_trainable, retry_failed=True)
     starts = [int(s) for s in row["start_steps"].split(";")]

@@ -33,16 +33,16 @@ def test_the_plan_of_a_trial_is_what_its_run_reports(tmp_path, max_steps, extra)
 
 
 def test_totals_are_sums_and_flops_scale_with_steps():
-    def phases(max_steps):
+    def stages(max_steps):
         state = pipeline.resolve("configs/shapes_tiny_transformer.yaml", [*TINY, f"optim.max_steps={max_steps}"],
                                  check_rungs=False)
         return state, budget.study_budget(state)
 
-    state, short = phases(40)
-    _, long = phases(80)
+    state, short = stages(40)
+    _, long = stages(80)
     space = spaces.parse({"stages": state["space"]["stages"]}, "space")
     for p, q in zip(short, long):
-        assert p.trials == q.trials == spaces.trial_count(space.stages[p.phase], state["options"].num_samples)
+        assert p.trials == q.trials == spaces.trial_count(space.stages[p.stage], state["options"].num_samples)
         assert (p.steps, q.steps) == (40, 80)
         assert q.train_flops == pytest.approx(2 * p.train_flops)  # training cost is linear in the steps
         assert q.eval_flops > p.eval_flops  # twice the validation passes, the same single test pass
@@ -53,14 +53,14 @@ def test_totals_are_sums_and_flops_scale_with_steps():
     assert f"{sum(p.flops for p in short) / 1e9 / 3600:.4g} device-hours" in lines[len(short) + 3]
 
 
-def test_gpu_hours_use_the_peak_of_each_phases_precision():
-    phase = budget.PhaseBudget("", "scratch", 1, "bf16", 10, 3.6e15 * 312 * 0.4, 0.0)
-    lines = budget.format_budget("t", [phase, budget.PhaseBudget("", "pretrain", 1, "fp32", 10, 3.6e15 * 19.5 * 0.4,
+def test_gpu_hours_use_the_peak_of_each_stages_precision():
+    stage = budget.StageBudget("", "scratch", 1, "bf16", 10, 3.6e15 * 312 * 0.4, 0.0)
+    lines = budget.format_budget("t", [stage, budget.StageBudget("", "pretrain", 1, "fp32", 10, 3.6e15 * 19.5 * 0.4,
                                                                  0.0)], (1e9, "node"), "a100", 0.4)
     assert any(line.startswith("a100") and line.endswith(": 2 device-hours") for line in lines)
 
 
-def test_sptune_plan_prints_every_phase_and_makes_no_directory(tmp_path, capsys, monkeypatch):
+def test_sptune_plan_prints_every_stage_and_makes_no_directory(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["plan", str(ROOT / "configs" / "shapes_tiny_transformer.yaml"), "--seconds", "0.2",
                  "--gpu", "h100"]) == 0
@@ -70,10 +70,10 @@ def test_sptune_plan_prints_every_phase_and_makes_no_directory(tmp_path, capsys,
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_phase_whose_data_is_missing_is_shown_unknown_with_the_reason(offline_roots, capsys):
+def test_a_stage_whose_data_is_missing_is_shown_unknown_with_the_reason(offline_roots, capsys):
     assert main(["plan", str(ROOT / "configs" / "text_transformer.yaml"), "--seconds", "0.2"]) == 0
     out = capsys.readouterr().out
-    assert out.count(" ? ") >= 3 and "not counted: 3 phase(s)" in out and "sptune data prepare text" in out
+    assert out.count(" ? ") >= 3 and "not counted: 3 stage(s)" in out and "sptune data prepare text" in out
 
 
 @pytest.mark.parametrize("args, words", [(["configs/nope.yaml"], "does not exist"),
@@ -92,6 +92,6 @@ def test_a_study_script_plans_every_cell_without_running(tmp_path):
                          timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [line.split()[:2] for line in out.stdout.splitlines() if line.startswith("ucr-osuleaf-")]
-    assert rows == [[f"ucr-osuleaf-{model}-s0", phase] for model in ("transformer", "s4")
-                    for phase in ("pretrain", "finetune", "scratch")]
+    assert rows == [[f"ucr-osuleaf-{model}-s0", stage] for model in ("transformer", "s4")
+                    for stage in ("pretrain", "finetune", "scratch")]
     assert list(tmp_path.iterdir()) == []

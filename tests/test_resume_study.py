@@ -1,5 +1,5 @@
 """`sptune resume` after the study driver dies for real: SIGKILL (nothing saved on the way out) and
-Ctrl-C (SIGINT), while the pretraining and scratch phases run concurrently (one trial each: 2 CPUs).
+Ctrl-C (SIGINT), while the pretraining and scratch stages run concurrently (one trial each: 2 CPUs).
 A study runs in a subprocess until a trial has finished and a pretraining and a scratch trial have
 checkpoints; the driver is stopped, and the resumed study must keep the finished trial as it was,
 continue the others from their latest checkpoints, and end with a complete results table.
@@ -30,7 +30,7 @@ CONFIG = {
     "stages": {"pretrain": {"optim": {"max_steps": 300, "eval_every": 10}},
                "scratch": {"optim": {"max_steps": 300, "eval_every": 10}}},
 }
-SPACE = {  # one trial at a time per phase: the two phases share the 2 CPUs, one trial each
+SPACE = {  # one trial at a time per stage: the two stages share the 2 CPUs, one trial each
     "task": "listops-mini", "model": "transformer", "num_samples": 2, "max_concurrent": 1,
     "stages": {"pretrain": {"params": {"optim.lr": [1e-3], "optim.batch_size": [8, 128]}},
                "finetune": {"params": {"optim.lr": [1e-3, 5e-4], "optim.batch_size": [8]}},
@@ -114,7 +114,7 @@ def test_resume_after_the_driver_dies(tmp_path, sig):
             assert len(starts) == 2 and starts[0] == 0 and starts[1] >= seen_step > 0, run
             history = files.read_json(run / "result.json")["history"]
             assert [h["step"] for h in history] == list(range(10, 301, 10))  # every eval exactly once
-        assert files.read_json(study_dir / files.STUDY)["options"]["sequential_phases"] is False
+        assert files.read_json(study_dir / files.STUDY)["options"]["sequential_stages"] is False
 
         # The table is complete: 2 trials per stage, all completed, finetuning from the best pretraining.
         rows = results.collect(study_dir)
@@ -126,7 +126,7 @@ def test_resume_after_the_driver_dies(tmp_path, sig):
         for stage in ("finetune", "scratch"):  # the searcher did not hand out a point twice
             assert len({r["optim.lr"] for r in rows if r["stage"] == stage}) == 2
 
-        # Each phase's Optuna study in the journal went on across the resume: exactly one COMPLETE trial
+        # Each stage's Optuna study in the journal went on across the resume: exactly one COMPLETE trial
         # per finished Tune trial, with its params, and nothing left running.
         storage = search.journal_storage(study_dir / files.OPTUNA_JOURNAL)
         for stage in STAGES:

@@ -46,7 +46,7 @@ def test_multi_seed_study_one_study_per_seed_then_report(tmp_path, ray_instance,
     out = multi.run(parent, verbose=0)
     for seed in (0, 1):
         state = json.loads((parent / f"seed-{seed}" / "study.json").read_text())
-        assert state["phases"] == {"pretrain": "done", "finetune": "done", "scratch": "done"}
+        assert state["stage_status"] == {"pretrain": "done", "finetune": "done", "scratch": "done"}
         assert state["stages"]["scratch"]["run"]["seed"] == seed == state["stages"]["finetune"]["run"]["seed"]
     summary = json.loads((parent / files.SEEDS_SUMMARY).read_text())
     assert [p["seed"] for p in summary["pairs"]] == [0, 1] and summary["paired_gain"]["n"] == 2

@@ -1,4 +1,4 @@
-"""What a study shows and keeps: a few terminal lines and a full log, each phase's Optuna study in the
+"""What a study shows and keeps: a few terminal lines and a full log, each stage's Optuna study in the
 journal (in step with Tune across restores), experiment trackers (MLflow file store, W&B offline),
 Optuna's plots and the Python API."""
 
@@ -31,8 +31,8 @@ def space_file(tmp_path, **stages):
     return path
 
 
-def optuna_trials(study_dir, phase):
-    study = optuna.load_study(study_name=search.optuna_study_name(study_dir, phase),
+def optuna_trials(study_dir, stage):
+    study = optuna.load_study(study_name=search.optuna_study_name(study_dir, stage),
                               storage=search.journal_storage(Path(study_dir) / files.OPTUNA_JOURNAL))
     return study.trials
 
@@ -138,11 +138,11 @@ def test_python_api_study_with_mlflow(tmp_path, ray_instance, capsys, monkeypatc
         assert any(words in line for line in shown), words
     assert not any("Trial status" in line for line in shown) and "Trial status" in log.read_text()  # Tune's tables
 
-    # Optuna: one COMPLETE trial per finished Tune trial in each phase's study; Optuna's plots.
+    # Optuna: one COMPLETE trial per finished Tune trial in each stage's study; Optuna's plots.
     rows = results.collect(study_dir)
-    for phase in STAGES:
-        finished = [r for r in rows if r["stage"] == phase and r["status"] == "completed"]
-        trials = optuna_trials(study_dir, phase)
+    for stage in STAGES:
+        finished = [r for r in rows if r["stage"] == stage and r["status"] == "completed"]
+        trials = optuna_trials(study_dir, stage)
         assert states(trials) == ["COMPLETE"] * len(finished)
         assert sorted(t.params["optim.lr"] for t in trials) == sorted(r["optim.lr"] for r in finished)
         assert all(t.intermediate_values.keys() == {4, 8} for t in trials)
@@ -218,7 +218,7 @@ def test_wandb_offline_runs(tmp_path, ray_instance, monkeypatch):
     state = pipeline.create(str(CONFIG), TINY, tmp_path / "study", str(space_file(tmp_path)),
                             pipeline.Options(logger="wandb"))
     study_dir = Path(state["dir"])
-    pipeline.run_phase(study_dir, state, "scratch", trainable.stage_trainable, verbose=0)
+    pipeline.run_stage_search(study_dir, state, "scratch", trainable.stage_trainable, verbose=0)
     (run_file,) = (study_dir / "wandb").glob("offline-run-*/run-*.wandb")
     records = list(wandb_records(run_file))
     def items(entries):  # W&B keeps a key in `key` or, split at dots, in `nested_key`
@@ -249,9 +249,9 @@ def test_errored_trial_resumed_is_one_complete_optuna_trial(tmp_path, ray_instan
     state = pipeline.create(str(CONFIG), TINY, tmp_path / "study", str(space_file(tmp_path, scratch=TWO)),
                             pipeline.Options(max_failures=0))
     study_dir = Path(state["dir"])
-    pipeline.run_phase(study_dir, state, "scratch", fail_once_trainable, verbose=0)
+    pipeline.run_stage_search(study_dir, state, "scratch", fail_once_trainable, verbose=0)
     assert states(optuna_trials(study_dir, "scratch")) == ["COMPLETE", "FAIL"]
-    pipeline.run_phase(study_dir, state, "scratch", fail_once_trainable, verbose=0)  # Tuner.restore, resume_errored
+    pipeline.run_stage_search(study_dir, state, "scratch", fail_once_trainable, verbose=0)  # Tuner.restore, resume_errored
     rows = results.collect(study_dir)
     assert [r["status"] for r in rows] == ["completed", "completed"]
     trials = optuna_trials(study_dir, "scratch")

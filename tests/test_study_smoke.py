@@ -70,8 +70,8 @@ def test_kernels_smoke_study_through_ray_tune(tmp_path):
     plan, rows = check_study("kernels", study_dir)
     for cell in plan["cells"]:  # each cell is a pipeline study: Tune ran the pretraining search
         state = json.loads((study_dir / "cells" / cell["key"] / "study.json").read_text())
-        assert state["phases"]["pretrain"] == "done"
-        assert state["phases"]["finetune"].startswith("skipped") and state["phases"]["scratch"].startswith("skipped")
+        assert state["stage_status"]["pretrain"] == "done"
+        assert state["stage_status"]["finetune"].startswith("skipped") and state["stage_status"]["scratch"].startswith("skipped")
     assert all(r["trial_id"] != "plain" for r in rows)
     assert "| listops-mini (for Listops) | 1 | 256 |" in (study_dir / "table.md").read_text()
 

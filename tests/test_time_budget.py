@@ -20,12 +20,12 @@ def test_a_study_stopped_by_its_time_budget_resumes_to_the_end(tmp_path, ray_ins
     space.write_text(yaml.safe_dump({"task": "listops-mini", "model": "transformer", "num_samples": 1,
                                      "max_concurrent": 1, "stages": {s: ONE for s in pipeline.STAGES}}))
     state = pipeline.create(str(CONFIG), TINY + LONG_PRETRAINING, tmp_path / "study", str(space),
-                            pipeline.Options(sequential_phases=True))
+                            pipeline.Options(sequential_stages=True))
     study_dir = tmp_path / "study"
 
     rows = pipeline.run(study_dir, verbose=0, time_budget_s=15)
-    phases = files.read_json(study_dir / files.STUDY)["phases"]
-    assert "pretrain" not in phases  # stopped inside it: not marked done, so a resume continues it
+    stages = files.read_json(study_dir / files.STUDY)["stage_status"]
+    assert "pretrain" not in stages  # stopped inside it: not marked done, so a resume continues it
     assert [r["status"] for r in rows if r["stage"] == "pretrain"] != ["completed"]
     progress = files.read_json(next((study_dir / "pretrain").glob("*/progress.json")))
     assert 0 < progress["step"] < 3000

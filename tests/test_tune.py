@@ -169,7 +169,7 @@ def test_study_direct_path_end_to_end(tmp_path, ray_instance):
 
 
 def pretrain_waiting_for_scratch(params, spec):
-    """Pretraining that starts only once a scratch trial has: it can finish only if the phases run together."""
+    """Pretraining that starts only once a scratch trial has: it can finish only if the stages run together."""
     deadline = time.monotonic() + 120
     while spec.stage == "pretrain" and not list(Path(spec.study_dir).glob("scratch/*/trial.json")):
         if time.monotonic() > deadline:
@@ -188,20 +188,20 @@ def ended(row):
 
 @pytest.mark.parametrize("sequential", [False, True], ids=["concurrent", "sequential"])
 def test_scratch_runs_beside_the_pretrain_finetune_chain(tmp_path, ray_instance, sequential):
-    # One trial at a time per phase: two phases fit the test's 2 CPUs (resources.room_for_two_phases).
+    # One trial at a time per stage: two stages fit the test's 2 CPUs (resources.room_for_two_stages).
     state = new_study(tmp_path, options=pipeline.Options(max_failures=0, max_concurrent=1,
-                                                         sequential_phases=sequential))
-    assert state["options"].sequential_phases is sequential
+                                                         sequential_stages=sequential))
+    assert state["options"].sequential_stages is sequential
     fn = trainable.stage_trainable
-    if not sequential:  # with sequential phases this pretraining would wait in vain
+    if not sequential:  # with sequential stages this pretraining would wait in vain
         import ray
 
         ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this file
         fn = pretrain_waiting_for_scratch
     rows = pipeline.run(state["dir"], verbose=0, trainable=fn)
-    assert [r["stage"] for r in rows] == ["pretrain", "finetune", "scratch"]  # each phase ran its own trials
+    assert [r["stage"] for r in rows] == ["pretrain", "finetune", "scratch"]  # each stage ran its own trials
     assert all(r["status"] == "completed" for r in rows)
-    assert files.read_json(Path(state["dir"]) / "study.json")["phases"] == dict.fromkeys(pipeline.STAGES, "done")
+    assert files.read_json(Path(state["dir"]) / "study.json")["stage_status"] == dict.fromkeys(pipeline.STAGES, "done")
     pretrain, finetune, scratch = rows
     assert finetune["init_trial"] == pretrain["trial_id"] and started(finetune) > ended(pretrain)
     if sequential:
@@ -210,23 +210,23 @@ def test_scratch_runs_beside_the_pretrain_finetune_chain(tmp_path, ray_instance,
         assert started(scratch) < ended(pretrain)
 
 
-def test_phases_run_together_only_where_two_fit(ray_instance):
+def test_stages_run_together_only_where_two_fit(ray_instance):
     options = pipeline.resolve_options(pipeline.Options(workers=1, cpus_per_worker=1.0, gpus_per_worker=0.0,
                                                         max_concurrent=1), spaces.SearchSpace(path="", stages={}))
-    assert resources.room_for_two_phases(options) == (True, "")  # 2 x 1 trial x 1 CPU on 2 CPUs
-    together, why = resources.room_for_two_phases(replace(options, max_concurrent=2))
-    assert not together and "need 4 CPU, the cluster has 2 CPU" in why  # one phase fills the cluster
+    assert resources.room_for_two_stages(options) == (True, "")  # 2 x 1 trial x 1 CPU on 2 CPUs
+    together, why = resources.room_for_two_stages(replace(options, max_concurrent=2))
+    assert not together and "need 4 CPU, the cluster has 2 CPU" in why  # one stage fills the cluster
 
 
-def test_a_study_from_before_concurrent_phases_resumes_sequentially():
-    assert pipeline.sequential({"num_samples": 2}) and pipeline.sequential({"sequential_phases": True})
-    assert not pipeline.sequential({"sequential_phases": False})
+def test_a_study_from_before_concurrent_stages_resumes_sequentially():
+    assert pipeline.sequential({"num_samples": 2}) and pipeline.sequential({"sequential_stages": True})
+    assert not pipeline.sequential({"sequential_stages": False})
 
 
 def test_diverged_trial_is_failed_and_the_search_continues(tmp_path, ray_instance):
     stages = {"scratch": {"params": {"optim.lr": [1e-3, 1e30], "optim.batch_size": [8]}}}
     state = new_study(tmp_path, stages, overrides=["optim.grad_clip=0"])
-    pipeline.run_phase(Path(state["dir"]), state, "scratch", trainable.stage_trainable, verbose=0)
+    pipeline.run_stage_search(Path(state["dir"]), state, "scratch", trainable.stage_trainable, verbose=0)
     rows = {r["optim.lr"]: r for r in results.collect(state["dir"])}
     assert rows[1e-3]["status"] == "completed"
     assert rows[1e30]["status"] == "failed" and "non-finite loss" in rows[1e30]["reason"]
@@ -284,7 +284,7 @@ def test_crashed_trial_is_retried_from_its_last_checkpoint(tmp_path, ray_instanc
         threading.Thread(target=kill_when, args=(lambda: trial_dirs(study_dir, "scratch") if
                                                  (study_dir / "scratch").is_dir() else [], 20, pid, found),
                          daemon=True).start()
-    pipeline.run_phase(study_dir, state, "scratch", fn, verbose=0)
+    pipeline.run_stage_search(study_dir, state, "scratch", fn, verbose=0)
     (row,) = results.collect(study_dir)
     starts = [int(s) for s in row["start_steps"].split(";")]
     assert row["status"] == "completed" and row["steps"] == 160 and row["attempts"] == 2
@@ -300,7 +300,7 @@ def test_torch_trainer_path_with_two_ddp_workers(tmp_path, ray_instance):
     state = new_study(tmp_path, options=options)
     assert state["options"].path == "train"  # chosen automatically for more than one worker
     study_dir = Path(state["dir"])
-    pipeline.run_phase(study_dir, state, "scratch", trainable.stage_trainable, verbose=0)
+    pipeline.run_stage_search(study_dir, state, "scratch", trainable.stage_trainable, verbose=0)
     (row,) = results.collect(study_dir)
     assert row["status"] == "completed" and row["path"] == "train" and row["steps"] == 8 and row["devices"] == 2
     worker = files.read_json(Path(row["run_dir"]) / files.WORKER)
@@ -318,7 +318,7 @@ def test_torch_trainer_restarts_a_killed_worker_from_its_checkpoint(tmp_path, ra
     threading.Thread(target=kill_when, args=(lambda: trial_dirs(study_dir, "scratch") if
                                              (study_dir / "scratch").is_dir() else [], 20, pid, found),
                      daemon=True).start()
-    pipeline.run_phase(study_dir, state, "scratch", trainable.stage_trainable, verbose=0)
+    pipeline.run_stage_search(study_dir, state, "scratch", trainable.stage_trainable, verbose=0)
     (row,) = results.collect(study_dir)
     assert found and row["status"] == "completed" and row["steps"] == 160
     assert row["attempts"] == 1  # Ray Train replaced its worker; the Tune trial itself never failed
@@ -332,8 +332,8 @@ def test_asha_stops_only_on_our_steps_and_lets_finishers_finish(tmp_path, ray_in
     stages = {"scratch": {"params": {"optim.lr": [3e-3, 1e-3, 3e-4, 1e-5], "optim.batch_size": [8]}}}
     state = new_study(tmp_path, stages, overrides=["optim.max_steps=48", "optim.eval_every=8"], num_samples=4,
                       asha={"grace_period": 0.16, "reduction_factor": 2})  # rungs 0.16, 0.32, 0.64: evals 8, 16, 32 of 48
-    pipeline.run_phase(Path(state["dir"]), state, "scratch", trainable.stage_trainable, verbose=0)
-    state["phases"]["scratch"] = "done"
+    pipeline.run_stage_search(Path(state["dir"]), state, "scratch", trainable.stage_trainable, verbose=0)
+    state["stage_status"]["scratch"] = "done"
     pipeline.save_state(Path(state["dir"]), state)
     rows = results.collect(state["dir"])
     assert len(rows) == 4
@@ -341,7 +341,7 @@ def test_asha_stops_only_on_our_steps_and_lets_finishers_finish(tmp_path, ray_in
         assert (row["status"], row["steps"] == 48) in {("completed", True), ("stopped", False)}
     stopped = [row for row in rows if row["status"] == "stopped"]
     assert stopped  # lr 1e-5 barely moves: below the others at a rung
-    for row in stopped:  # tested at its own best checkpoint when the phase ended (sptune.tune.stopped)
+    for row in stopped:  # tested at its own best checkpoint when the stage ended (sptune.tune.stopped)
         assert math.isfinite(row["test_metric"]) and row["best_step"] <= row["steps"] < 48
         assert files.read_json(Path(row["run_dir"]) / files.RESULT)["status"] == "stopped"
 
@@ -370,7 +370,7 @@ def fake_trial(study_dir, stage, trial_id, lr, result=None, progress=None, init=
 
 def test_results_come_from_the_run_directories(tmp_path):
     study = tmp_path / "study"
-    atomic.write_json(study / "study.json", {"phases": {"pretrain": "done"}, "stages": {}})
+    atomic.write_json(study / "study.json", {"stage_status": {"pretrain": "done"}, "stages": {}})
     fake_trial(study, "pretrain", "a", 1e-3, {"best_val": 0.5})
     fake_trial(study, "pretrain", "b", 5e-4, {"best_val": 0.7})
     fake_trial(study, "pretrain", "c", 1e-4, {"status": "failed", "reason": "non-finite loss", "best_val": None})
@@ -391,7 +391,7 @@ def test_tied_pretraining_trials_are_selected_by_val_loss(tmp_path):
     """ListOps masked accuracy ties across trials (the frequency of `]`): the lower validation loss wins,
     and study.json and the summary say so."""
     study = tmp_path / "study"
-    atomic.write_json(study / "study.json", {"phases": {"pretrain": "done"}, "stages": {}, "selected": None})
+    atomic.write_json(study / "study.json", {"stage_status": {"pretrain": "done"}, "stages": {}, "selected": None})
     tied = {"metric": "masked_accuracy", "best_val": 148 / 1000, "val_targets": 1000}
     fake_trial(study, "pretrain", "a", 1e-3, dict(tied, best_val_loss=2.58))
     fake_trial(study, "pretrain", "b", 5e-4, dict(tied, best_val=148 / 1000 * (1 + 1e-15), best_val_loss=2.57))

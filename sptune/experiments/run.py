@@ -72,7 +72,7 @@ def plain_done(cell: Cell, cell_dir: Path) -> bool:
 
 # ----------------------------------------------------------------------------- tune backend
 def cell_budget(cell: Cell, backend: str, options: Options) -> list[Any]:
-    """The cell's phases as sptune.budget counts them: its study's search (tune), or one run per
+    """The cell's stages as sptune.budget counts them: its study's search (tune), or one run per
     stage at the plain backend's values (plain). Nothing is written."""
     from sptune import budget
     from sptune.tune import pipeline
@@ -80,7 +80,7 @@ def cell_budget(cell: Cell, backend: str, options: Options) -> list[Any]:
     stages = tuple(s for s in STAGES if s in cell.stages)
     if backend == "plain":
         space = cell.space if cell.space is not None else repo_space(cell)
-        return [budget.phase_budget(plain_config(cell, space, stage).to_dict(), stage, 1, [{}], cell.key)
+        return [budget.stage_budget(plain_config(cell, space, stage).to_dict(), stage, 1, [{}], cell.key)
                 for stage in stages]
     state = pipeline.resolve(None, list(cell.overrides), options=options, space=study_space(cell, Path(cell.key)),
                              check_rungs=False)
@@ -93,16 +93,16 @@ def plain_config(cell: Cell, space: dict[str, Any] | None, stage: str):
 
 
 def create_cell_study(cell: Cell, cell_dir: Path, options: Options) -> None:
-    """The cell's study.json (pipeline.create), once: its phases then run in the experiment's Tune run."""
+    """The cell's study.json (pipeline.create), once: its stages then run in the experiment's Tune run."""
     from sptune.tune import pipeline
 
     if (cell_dir / files.STUDY).is_file():
         return
     cell_dir.mkdir(parents=True, exist_ok=True)
     state = pipeline.create(None, list(cell.overrides), cell_dir, options=options, space=study_space(cell, cell_dir))
-    for phase in STAGES:
-        if phase not in cell.stages:
-            state["phases"][phase] = "skipped: not part of this experiment cell"
+    for stage in STAGES:
+        if stage not in cell.stages:
+            state["stage_status"][stage] = "skipped: not part of this experiment cell"
     pipeline.save_state(cell_dir, state)
 
 
@@ -148,8 +148,8 @@ def tune_done(cell_dir: Path) -> bool:
     path = cell_dir / files.STUDY
     if not path.is_file():
         return False
-    phases = files.read_json(path).get("phases", {})
-    return all(str(phases.get(s, "")) == "done" or str(phases.get(s, "")).startswith("skipped") for s in STAGES)
+    stages = files.read_json(path).get("stage_status", {})
+    return all(str(stages.get(s, "")) == "done" or str(stages.get(s, "")).startswith("skipped") for s in STAGES)
 
 
 # ----------------------------------------------------------------------------- the experiment loop

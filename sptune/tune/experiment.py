@@ -3,18 +3,18 @@
 Running the cells' studies one after another leaves slots idle whenever a cell waits on itself
 (finetuning starts only once its pretraining selection is final). Several Tuners at once are not
 supported by Ray (Tune FAQ, "multi-tenancy"). So one Tuner runs the whole experiment, and its searcher,
-`ExperimentSearcher`, knows the cells and their phases:
+`ExperimentSearcher`, knows the cells and their stages:
 
     pretrain and scratch   proposed from the start, for every cell
     finetune               proposed once every pretraining trial of the cell has finished and the
                            selection (pipeline.select_pretraining) is written to the cell's study.json
 
-Each (cell, phase) keeps its own searcher (search.make_searcher, behind its max_concurrent limit) on the
+Each (cell, stage) keeps its own searcher (search.make_searcher, behind its max_concurrent limit) on the
 cell's own Optuna journal, and each trial runs as the cell's study would run it (pipeline.trial_spec), so
-every cell directory stays a study directory: study.json with its phase states and selection,
-<phase>/<trial run dir>/, results via sptune.tune.results.collect.
+every cell directory stays a study directory: study.json with its stage states and selection,
+<stage>/<trial run dir>/, results via sptune.tune.results.collect.
 
-ASHA is not used here: one scheduler would compare trials of different cells and phases (different
+ASHA is not used here: one scheduler would compare trials of different cells and stages (different
 tasks, metrics and budgets). Every trial runs to its last step.
 
 Resume: the experiment's Tune run (experiment dir/tune/experiment) is restored with Tuner.restore; the
@@ -37,13 +37,13 @@ from ray.tune.search import Searcher
 
 from sptune import atomic, files, output
 from sptune.config import STAGES
-from sptune.tune import outcomes, pipeline, search, spaces, stopping_phases
+from sptune.tune import outcomes, pipeline, search, spaces, stopping_stages
 from sptune.tune.trainable import LINEAGE_KEY, stage_trainable, trial_resources
 
 log = logging.getLogger("sptune.tune")
 
 TUNE_NAME = "experiment"
-# Which phase's trials to propose first when several are runnable: finetuning ends a cell's critical
+# Which stage's trials to propose first when several are runnable: finetuning ends a cell's critical
 # path, pretraining opens it, scratch depends on nothing and fills what is left.
 PRIORITY = ("finetune", "pretrain", "scratch")
 DONE = "done"
@@ -51,7 +51,7 @@ PENDING_ENV = "TUNE_MAX_PENDING_TRIALS_PG"
 MAX_PENDING = 200  # Tune's own figure for fast autoscaling
 
 
-def phase_finished(status: Any) -> bool:
+def stage_finished(status: Any) -> bool:
     return str(status) == DONE or str(status).startswith("skipped")
 
 
@@ -61,10 +61,10 @@ class CellsSearcher(Searcher):
     def __init__(self, cell_dirs: dict[str, Path]) -> None:
         super().__init__(metric=search.METRIC, mode=search.MODE)
         self.cell_dirs = {key: str(path) for key, path in cell_dirs.items()}
-        self.subs: dict[str, Any] = {}  # "<cell>/<phase>" -> its limited Optuna searcher
+        self.subs: dict[str, Any] = {}  # "<cell>/<stage>" -> its limited Optuna searcher
         self.exhausted: set[str] = set()  # sub-searchers that proposed all their trials or said FINISHED
-        self.remaining: dict[str, int] = {}  # trials a sub-searcher may still propose (the phase's count)
-        self.live: dict[str, str] = {}  # Tune trial id -> "<cell>/<phase>"
+        self.remaining: dict[str, int] = {}  # trials a sub-searcher may still propose (the stage's count)
+        self.live: dict[str, str] = {}  # Tune trial id -> "<cell>/<stage>"
         self.failed_cells: set[str] = set()
         self.states: dict[str, dict[str, Any]] = {}  # study.json of each cell; this searcher writes them
 
@@ -73,9 +73,9 @@ class CellsSearcher(Searcher):
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         waiting = False
-        for phase in PRIORITY:
+        for stage in PRIORITY:
             for cell in self.cell_dirs:
-                outcome = self._suggest_from(cell, phase, trial_id)
+                outcome = self._suggest_from(cell, stage, trial_id)
                 if isinstance(outcome, dict):
                     return outcome
                 waiting = waiting or outcome == "waiting"
@@ -94,20 +94,20 @@ class CellsSearcher(Searcher):
         self.subs[group].on_trial_complete(trial_id, result, error=error)
         self._close_if_done(group)
 
-    # -- one (cell, phase)
-    def _suggest_from(self, cell: str, phase: str, trial_id: str) -> dict[str, Any] | str | None:
-        """Params for a trial, "waiting" when the phase may still propose some later, None when it is over."""
+    # -- one (cell, stage)
+    def _suggest_from(self, cell: str, stage: str, trial_id: str) -> dict[str, Any] | str | None:
+        """Params for a trial, "waiting" when the stage may still propose some later, None when it is over."""
         if cell in self.failed_cells:
             return None
-        group = f"{cell}/{phase}"
+        group = f"{cell}/{stage}"
         try:
             state = self._state(cell)
-            if phase in state["phases"]:
+            if stage in state["stage_status"]:
                 return None
             if group in self.exhausted:
                 return "waiting"  # its last trials still run
-            if group not in self.subs and not self._open(cell, phase, state):
-                return None if phase in state["phases"] else "waiting"
+            if group not in self.subs and not self._open(cell, stage, state):
+                return None if stage in state["stage_status"] else "waiting"
             params = self.subs[group].suggest(trial_id)
         except Exception:  # noqa: BLE001 - one broken cell must not stop the others
             self._fail(cell)
@@ -117,37 +117,37 @@ class CellsSearcher(Searcher):
             self.remaining[group] -= 1
             if not self.remaining[group]:
                 self.exhausted.add(group)
-            return {**params, LINEAGE_KEY: self._lineage(cell, phase, state)}
+            return {**params, LINEAGE_KEY: self._lineage(cell, stage, state)}
         if params == Searcher.FINISHED:
             self.exhausted.add(group)
             self._close_if_done(group)
-            return None if phase in state["phases"] else "waiting"
+            return None if stage in state["stage_status"] else "waiting"
         return "waiting"  # at its max_concurrent
 
-    def _open(self, cell: str, phase: str, state: dict[str, Any]) -> bool:
-        """Create the phase's searcher if it can start now (finetuning: once pretraining is over)."""
+    def _open(self, cell: str, stage: str, state: dict[str, Any]) -> bool:
+        """Create the stage's searcher if it can start now (finetuning: once pretraining is over)."""
         study_dir = Path(self.cell_dirs[cell])
-        if phase == "finetune":
-            if not phase_finished(state["phases"].get("pretrain")):
+        if stage == "finetune":
+            if not stage_finished(state["stage_status"].get("pretrain")):
                 return False
             if not pipeline.select_pretraining(study_dir, state):
-                pipeline.set_phase(study_dir, state, phase, "skipped: no pretraining trial completed")
+                pipeline.set_stage_status(study_dir, state, stage, "skipped: no pretraining trial completed")
                 return False
         options = state["options"]
-        stage_space = spaces.parse({"stages": {phase: state["space"]["stages"][phase]}}).stages[phase]
-        self.remaining[f"{cell}/{phase}"] = spaces.trial_count(stage_space, options.num_samples)
-        self.subs[f"{cell}/{phase}"] = search.limit(
+        stage_space = spaces.parse({"stages": {stage: state["space"]["stages"][stage]}}).stages[stage]
+        self.remaining[f"{cell}/{stage}"] = spaces.trial_count(stage_space, options.num_samples)
+        self.subs[f"{cell}/{stage}"] = search.limit(
             search.make_searcher(stage_space, options.sampler, options.seed,
                                  journal=study_dir / files.OPTUNA_JOURNAL,
-                                 study_name=search.optuna_study_name(study_dir, phase)),
+                                 study_name=search.optuna_study_name(study_dir, stage)),
             options.max_concurrent)
         return True
 
     def _close_if_done(self, group: str) -> None:
-        cell, phase = group.rsplit("/", 1)
+        cell, stage = group.rsplit("/", 1)
         state = self._state(cell)
-        if group in self.exhausted and group not in self.live.values() and phase not in state["phases"]:
-            pipeline.set_phase(Path(self.cell_dirs[cell]), state, phase, DONE)
+        if group in self.exhausted and group not in self.live.values() and stage not in state["stage_status"]:
+            pipeline.set_stage_status(Path(self.cell_dirs[cell]), state, stage, DONE)
 
     def _state(self, cell: str) -> dict[str, Any]:
         """Read once: re-reading every cell's study.json per suggestion would grow with the cells."""
@@ -155,10 +155,10 @@ class CellsSearcher(Searcher):
             self.states[cell] = pipeline.load_state(self.cell_dirs[cell])
         return self.states[cell]
 
-    def _lineage(self, cell: str, phase: str, state: dict[str, Any]) -> dict[str, Any]:
-        lineage = {"name": Path(self.cell_dirs[cell]).name, "stage": phase, "cell": cell,
+    def _lineage(self, cell: str, stage: str, state: dict[str, Any]) -> dict[str, Any]:
+        lineage = {"name": Path(self.cell_dirs[cell]).name, "stage": stage, "cell": cell,
                    "study_dir": self.cell_dirs[cell]}
-        if phase == "finetune":
+        if stage == "finetune":
             selected = state["selected"]
             lineage.update(init_trial=selected["trial"], init_step=selected["step"],
                            init_checkpoint=selected["checkpoint"])
@@ -188,9 +188,9 @@ def cell_of(config: dict[str, Any]) -> tuple[Path, str]:
 
 
 def cell_trainable(config: dict[str, Any], stage_fn: Callable[..., None] = stage_trainable) -> None:
-    """A trial of any cell: run as that cell's study runs its phase's trials (the spec read from study.json)."""
-    study_dir, phase = cell_of(config)
-    stage_fn(config, spec=pipeline.trial_spec(study_dir, pipeline.load_state(study_dir), phase))
+    """A trial of any cell: run as that cell's study runs its stage's trials (the spec read from study.json)."""
+    study_dir, stage = cell_of(config)
+    stage_fn(config, spec=pipeline.trial_spec(study_dir, pipeline.load_state(study_dir), stage))
 
 
 def trial_placement(resources: dict[str, dict[str, float]], config: dict[str, Any]):
@@ -201,7 +201,7 @@ def trial_placement(resources: dict[str, dict[str, float]], config: dict[str, An
 
 
 def make_outcomes_callback():
-    """sptune.tune.outcomes per (cell, phase), each built from that phase's spec when first needed."""
+    """sptune.tune.outcomes per (cell, stage), each built from that stage's spec when first needed."""
     from ray.tune import Callback
 
     class CellOutcomes(Callback):
@@ -209,10 +209,10 @@ def make_outcomes_callback():
             self.callbacks: dict[tuple[str, str], Any] = {}
 
         def _of(self, trial: Any) -> Any:
-            study_dir, phase = cell_of(trial.config)
-            key = (str(study_dir), phase)
+            study_dir, stage = cell_of(trial.config)
+            key = (str(study_dir), stage)
             if key not in self.callbacks:
-                spec = pipeline.trial_spec(study_dir, pipeline.load_state(study_dir), phase)
+                spec = pipeline.trial_spec(study_dir, pipeline.load_state(study_dir), stage)
                 self.callbacks[key] = outcomes.make_outcomes_callback(spec)
             return self.callbacks[key]
 
@@ -227,7 +227,7 @@ def make_outcomes_callback():
 
 def run(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callable[..., None] = stage_trainable,
         verbose: int = 0, time_budget_s: float | None = None) -> None:
-    """Run (or continue, from experiment_dir/tune/experiment) every phase of every cell in one Tune run.
+    """Run (or continue, from experiment_dir/tune/experiment) every stage of every cell in one Tune run.
     Every cell directory must already hold its study.json (pipeline.create)."""
     from ray import tune as ray_tune
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
@@ -235,13 +235,13 @@ def run(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callable[...
     states = {key: pipeline.load_state(path) for key, path in cell_dirs.items()}
     if any(state["options"].asha for state in states.values()):
         log.info("ASHA is off in an experiment's Tune run: one scheduler would compare trials of different "
-                 "cells and phases; every trial runs its full budget (a single `sptune study` keeps ASHA)")
+                 "cells and stages; every trial runs its full budget (a single `sptune study` keeps ASHA)")
     resources = {key: trial_resources(pipeline.trial_spec(path, states[key], "scratch"))
                  for key, path in cell_dirs.items()}
     fn = ray_tune.with_resources(ray_tune.with_parameters(cell_trainable, stage_fn=stage_fn),
                                  partial(trial_placement, resources))
     storage = experiment_dir / "tune"
-    stop_key = stopping_phases.key(experiment_dir, TUNE_NAME)  # --time-budget ends the run at a step boundary
+    stop_key = stopping_stages.key(experiment_dir, TUNE_NAME)  # --time-budget ends the run at a step boundary
     if ray_tune.Tuner.can_restore(str(storage / TUNE_NAME)):
         log.info("restoring the experiment's Tune run from %s", storage / TUNE_NAME)
         tuner = ray_tune.Tuner.restore(str(storage / TUNE_NAME), fn, resume_unfinished=True, resume_errored=True)
@@ -253,13 +253,13 @@ def run(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callable[...
                 name=TUNE_NAME, storage_path=str(storage), verbose=verbose,
                 failure_config=ray_tune.FailureConfig(max_failures=max_failures(states)),
                 checkpoint_config=ray_tune.CheckpointConfig(num_to_keep=1),
-                callbacks=[stopping_phases.StopAtStepBoundary(stop_key), JsonLoggerCallback(), CSVLoggerCallback(),
+                callbacks=[stopping_stages.StopAtStepBoundary(stop_key), JsonLoggerCallback(), CSVLoggerCallback(),
                            make_outcomes_callback()]))
     # Tune keeps one trial pending at a time behind a custom searcher (tune_controller.get_max_pending_trials):
     # a slot freed while another trial's actor starts would wait for it. The cells' own limits bound the
     # pending trials instead (queued trials are also what makes an autoscaler add nodes).
     stopping = threading.Event()
-    stopping_phases.register(stop_key, stopping)
+    stopping_stages.register(stop_key, stopping)
     with pending_trials(min(MAX_PENDING, concurrency_bound(states))), \
             pipeline.time_budget(time_budget_s, stopping) as budget:
         try:
@@ -291,13 +291,13 @@ def total_trials(states: dict[str, dict[str, Any]]) -> int:
     for state in states.values():
         parsed = spaces.parse({"stages": state["space"]["stages"]}).stages
         total += sum(spaces.trial_count(parsed[p], state["options"].num_samples)
-                     for p in STAGES if p not in state["phases"])
+                     for p in STAGES if p not in state["stage_status"])
     return max(total, 1)
 
 
 def concurrency_bound(states: dict[str, dict[str, Any]]) -> int:
-    """The most trials the cells' phases may run at once (each phase at its max_concurrent)."""
-    return sum(state["options"].max_concurrent * sum(p not in state["phases"] for p in STAGES)
+    """The most trials the cells' stages may run at once (each stage at its max_concurrent)."""
+    return sum(state["options"].max_concurrent * sum(p not in state["stage_status"] for p in STAGES)
                for state in states.values()) or 1
 
 
@@ -306,5 +306,5 @@ def max_failures(states: dict[str, dict[str, Any]]) -> int:
 
 
 def _trial_name(trial: Any) -> str:
-    study_dir, phase = cell_of(trial.config)
-    return f"{study_dir.name}_{phase}_{trial.trial_id}"
+    study_dir, stage = cell_of(trial.config)
+    return f"{study_dir.name}_{stage}_{trial.trial_id}"

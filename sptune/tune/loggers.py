@@ -5,7 +5,7 @@ trainable.LINEAGE_KEY: study, stage, and for finetuning the pretraining trial, s
 it starts from) and every eval's metrics.
 
     tensorboard  the trials' own TensorBoard runs (<run dir>/tb, written by sptune.train): no callback
-    wandb        WandbLoggerCallback: project = $WANDB_PROJECT or the study's name, group = the phase,
+    wandb        WandbLoggerCallback: project = $WANDB_PROJECT or the study's name, group = the stage,
                  files under <study>/wandb; WANDB_MODE=offline keeps the runs local (`wandb sync` later)
     mlflow       MLflowLoggerCallback: experiment = the study's name, tracking URI $MLFLOW_TRACKING_URI
                  or the file store file:<study>/mlruns (`mlflow ui --backend-store-uri file:<study>/mlruns`).
@@ -40,14 +40,14 @@ def mlflow_uri(study_dir: Path) -> str:
 
 
 def prepare(name: str) -> None:
-    """Before each phase, new or restored (a restored one brings its callbacks from Tune's snapshot)."""
+    """Before each stage, new or restored (a restored one brings its callbacks from Tune's snapshot)."""
     check(name)
     if name == "mlflow" and "MLFLOW_TRACKING_URI" not in os.environ:
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # read when the callback opens the store
 
 
 def create_experiment(name: str, study_dir: Path) -> None:
-    """The study's MLflow experiment, made once before the phases start: phases running concurrently
+    """The study's MLflow experiment, made once before the stages start: stages running concurrently
     would each find it missing and both create it, and the second creation fails."""
     if name != "mlflow":
         return
@@ -59,17 +59,17 @@ def create_experiment(name: str, study_dir: Path) -> None:
         client.create_experiment(Path(study_dir).resolve().name)
 
 
-def callbacks(name: str, study_dir: Path, phase: str) -> list:
+def callbacks(name: str, study_dir: Path, stage: str) -> list:
     study_dir = Path(study_dir).resolve()
     if name == "wandb":
         from ray.air.integrations.wandb import WandbLoggerCallback
 
         # mode is passed on: the logging actor may run where the driver's environment is not.
-        return [WandbLoggerCallback(project=os.environ.get("WANDB_PROJECT") or study_dir.name, group=phase,
-                                    dir=str(study_dir), mode=os.environ.get("WANDB_MODE"), tags=[phase])]
+        return [WandbLoggerCallback(project=os.environ.get("WANDB_PROJECT") or study_dir.name, group=stage,
+                                    dir=str(study_dir), mode=os.environ.get("WANDB_MODE"), tags=[stage])]
     if name == "mlflow":
         from ray.air.integrations.mlflow import MLflowLoggerCallback
 
         return [MLflowLoggerCallback(tracking_uri=mlflow_uri(study_dir), experiment_name=study_dir.name,
-                                     tags={"stage": phase, "study_dir": str(study_dir)})]
+                                     tags={"stage": stage, "study_dir": str(study_dir)})]
     return []

@@ -30,29 +30,29 @@ class Options:
     train_path: str = "auto"  # "auto" | "direct" | "train"
     smoke: bool = False  # `sptune study --smoke`: tiny model, 8 steps, 2 trials per stage
     logger: str = "tensorboard"  # experiment tracker (sptune.tune.loggers)
-    sequential_phases: bool = False  # True: the scratch search waits for finetuning instead of running beside it
+    sequential_stages: bool = False  # True: the scratch search waits for finetuning instead of running beside it
     time_budget_s: float | None = None  # wall seconds for one driver run (a study, a resume, an experiment)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Resolved:
     """What a study runs with: its Options resolved against its search-space file and the defaults
-    (sptune.tune.pipeline.resolve_options). study.json keeps it; every phase and cell reads it from there."""
+    (sptune.tune.pipeline.resolve_options). study.json keeps it; every stage and cell reads it from there."""
 
     num_samples: int  # trials per stage (capped at each grid's size)
-    max_concurrent: int  # trials of one phase at once
+    max_concurrent: int  # trials of one stage at once
     workers: int
     cpus_per_worker: float
     gpus_per_worker: float
     asha: dict[str, Any] | None  # ASHA's settings, None: FIFO
-    asha_min_trials: int  # ASHA only for phases of at least this many trials (0: asked for, every phase)
+    asha_min_trials: int  # ASHA only for stages of at least this many trials (0: asked for, every stage)
     sampler: str
     seed: int
     max_failures: int
     smoke: bool
     logger: str = "tensorboard"
-    # A study created before phases could run concurrently has no such key: it goes on as it started.
-    sequential_phases: bool = True
+    # A study created before stages could run concurrently has no such key: it goes on as it started.
+    sequential_stages: bool = True
     path: str  # "direct" | "train": how a trial trains (sptune.tune.trainable)
 
     def to_dict(self) -> dict[str, Any]:
@@ -83,7 +83,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--train-path", choices=PATHS, default=defaults.train_path,
                         help="direct: run in the Tune trial; train: Ray Train TorchTrainer (auto: direct for one "
                              "CPU worker)")
-    parser.add_argument("--sequential-phases", action="store_true",
+    parser.add_argument("--sequential-stages", action="store_true",
                         help="run the scratch search after finetuning, not beside the pretrain -> finetune chain")
     parser.add_argument("--time-budget", dest="time_budget_s", type=float, metavar="SECONDS",
                         help="stop cleanly after this many wall seconds of this driver run (trials keep their "

@@ -1,4 +1,4 @@
-"""How each trial of a phase ended, recorded on the driver by a Tune callback: a crash after its last
+"""How each trial of a stage ended, recorded on the driver by a Tune callback: a crash after its last
 retry (error.json + TensorBoard status `failed`, see sptune.tune.failures) or a trial ASHA stopped
 (status `stopped`; its test metric comes later, from sptune.tune.stopped). Completed and
 deterministically failed trials record themselves in result.json."""
@@ -13,7 +13,7 @@ from sptune.tune import failures, trainable
 
 
 def make_outcomes_callback(spec: Any):
-    """A Tune callback (driver side) that records how each trial of one phase ended: a crash after
+    """A Tune callback (driver side) that records how each trial of one stage ended: a crash after
     its last retry -> error.json + HParams status `failed`; stopped by ASHA -> HParams `stopped`.
     Completed and deterministically failed trials record themselves (result.json)."""
     from ray.tune import Callback

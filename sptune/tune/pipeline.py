@@ -1,4 +1,4 @@
-"""The SPT study: a tracked two-stage search plus the scratch baseline, each phase one Ray Tune run.
+"""The SPT study: a tracked two-stage search plus the scratch baseline, each stage one Ray Tune run.
 
     pretrain   search the pretraining grid
     finetune   select the best pretraining trial (validation metric, ties by validation loss) and search
@@ -6,31 +6,31 @@
                from its best checkpoint; every finetune trial records that trial and step
     scratch    search the same task from a random init: the baseline
 
-Phases run concurrently when the cluster has room for two phases' trials (options.sequential_phases false,
-the default; sptune.tune.resources.room_for_two_phases): the scratch search depends on nothing, so it runs
+Stages run concurrently when the cluster has room for two stages' trials (options.sequential_stages false,
+the default; sptune.tune.resources.room_for_two_stages): the scratch search depends on nothing, so it runs
 beside the pretrain -> finetune chain and the two share the cluster (Ray schedules the trials of both; each
-phase keeps its own max_concurrent). The chain runs in the driver's main thread,
+stage keeps its own max_concurrent). The chain runs in the driver's main thread,
 where Ctrl-C arrives; scratch runs in a second thread, whose Tuner Ray Tune allows (it installs no signal
 handler off the main thread). When the chain stops, the scratch thread's Tune loop ends at its next step
-boundary (StopAtStepBoundary), never inside a write. `sequential_phases`
+boundary (StopAtStepBoundary), never inside a write. `sequential_stages`
 (a study from before the option: always) runs the three one after another.
 
 A study directory holds everything, so `sptune resume <dir>` needs nothing else:
 
-    study.json            what was asked (configs per stage, search space, options), phase states,
+    study.json            what was asked (configs per stage, search space, options), stage states,
                           the selected pretraining trial and what selected it (selected_by)
     pretrain|finetune|scratch/<run>/   one run directory per trial (see sptune.tune.trainable)
-    tune/<phase>/         Ray Tune's experiment state, for Tuner.restore
-    optuna.journal        every phase's Optuna study `<study dir name>/<phase>` (optuna-dashboard reads it)
+    tune/<stage>/         Ray Tune's experiment state, for Tuner.restore
+    optuna.journal        every stage's Optuna study `<study dir name>/<stage>` (optuna-dashboard reads it)
     study.log             everything Ray, Tune and the trials printed (sptune.output)
     train/                Ray Train runs (TorchTrainer path)
     results.csv           one row per trial (sptune.tune.results)
 
-Resume: finished phases are skipped; an interrupted phase is restored with Tuner.restore
+Resume: finished stages are skipped; an interrupted stage is restored with Tuner.restore
 (resume_unfinished, resume_errored): Tune keeps its finished trials and the searcher's state, and
 each unfinished trial continues from its run directory's last.pt (or Tune's copy of it). The searcher
-reopens the phase's Optuna study in the journal (search.UniqueOptunaSearch keeps the two in step).
-`--retry-failed` also restores finished phases that have crashed trials (sptune.tune.failures).
+reopens the stage's Optuna study in the journal (search.UniqueOptunaSearch keeps the two in step).
+`--retry-failed` also restores finished stages that have crashed trials (sptune.tune.failures).
 
 A GPU study first checks that the cluster has, or its autoscaler can add, nodes with the GPUs a
 trial worker asks for (sptune.tune.resources): otherwise no trial could ever start.
@@ -53,7 +53,7 @@ from sptune.config import STAGES
 from sptune.config import load as load_config
 from sptune.errors import UserError
 from sptune.registry import check_names
-from sptune.tune import loggers, outcomes, resources, results, search, spaces, stopped, stopping_phases
+from sptune.tune import loggers, outcomes, resources, results, search, spaces, stopped, stopping_stages
 from sptune.tune.options import Options, Resolved
 from sptune.tune.session import ray_session
 from sptune.tune.trainable import LINEAGE_KEY, PATHS, TrialSpec, choose_path, stage_trainable, trial_resources
@@ -106,16 +106,16 @@ def resolve(config_path: str | None, overrides: list[str], space_path: str | Non
         raise UserError(f"{space.path} has no grid for stage(s) {', '.join(missing)}; a study searches all three")
     resolved = resolve_options(options, space)
     try:
-        for phase in STAGES if check_rungs else ():
-            if spaces.phase_asha(resolved, spaces.trial_count(space.stages[phase], resolved.num_samples)):
-                spaces.check_rungs(resolved.asha, step_budgets(stages[phase], space.stages[phase].params),
-                                   stages[phase]["optim"]["eval_every"], f"stage {phase}")
+        for stage in STAGES if check_rungs else ():
+            if spaces.stage_asha(resolved, spaces.trial_count(space.stages[stage], resolved.num_samples)):
+                spaces.check_rungs(resolved.asha, step_budgets(stages[stage], space.stages[stage].params),
+                                   stages[stage]["optim"]["eval_every"], f"stage {stage}")
     except UserError:
         if resolved.asha_min_trials == 0:
             raise  # asked for: say why it cannot run
         resolved = replace(resolved, asha=None)  # the default: off where its rungs do not fit the evals
     return {"version": 1, "dir": None, "config": str(config_path), "overrides": overrides,
-            "stages": stages, "space": space.to_dict(), "options": resolved, "phases": {}, "selected": None,
+            "stages": stages, "space": space.to_dict(), "options": resolved, "stage_status": {}, "selected": None,
             "created": time.time()}
 
 
@@ -163,7 +163,7 @@ def resolve_options(options: Options, space: spaces.SearchSpace) -> Resolved:
         gpus_per_worker=gpus, asha=asha, asha_min_trials=0 if asked else spaces.ASHA_MIN_TRIALS,
         sampler=options.sampler or space.sampler, seed=space.seed if options.seed is None else options.seed,
         max_failures=options.max_failures, smoke=options.smoke, logger=options.logger,
-        sequential_phases=options.sequential_phases, path=choose_path(workers, gpus, options.train_path))
+        sequential_stages=options.sequential_stages, path=choose_path(workers, gpus, options.train_path))
 
 
 def load_state(study_dir: str | Path) -> dict[str, Any]:
@@ -176,9 +176,9 @@ def load_state(study_dir: str | Path) -> dict[str, Any]:
     return state
 
 
-# Concurrent phases update one state dict from two threads: every change and write of it holds this lock.
+# Concurrent stages update one state dict from two threads: every change and write of it holds this lock.
 _state_lock = threading.RLock()
-_registry_lock = threading.Lock()  # Ray Tune's trainable registry (see run_phase)
+_registry_lock = threading.Lock()  # Ray Tune's trainable registry (see run_stage_search)
 
 
 def save_state(study_dir: Path, state: dict[str, Any]) -> None:
@@ -186,9 +186,9 @@ def save_state(study_dir: Path, state: dict[str, Any]) -> None:
         atomic.write_json(Path(study_dir) / files.STUDY, {**state, "options": state["options"].to_dict()})
 
 
-def set_phase(study_dir: Path, state: dict[str, Any], phase: str, status: str) -> None:
+def set_stage_status(study_dir: Path, state: dict[str, Any], stage: str, status: str) -> None:
     with _state_lock:
-        state["phases"][phase] = status
+        state["stage_status"][stage] = status
         save_state(study_dir, state)
 
 
@@ -206,13 +206,13 @@ def describe_path(options: Resolved) -> str:
 def run(study_dir: str | Path, address: str | None = None, verbose: int = 1,
         trainable: Callable[..., None] = stage_trainable, retry_failed: bool = False,
         time_budget_s: float | None = None) -> list[dict[str, Any]]:
-    """Run (or continue) every phase of a study; returns the results rows (also in results.csv).
+    """Run (or continue) every stage of a study; returns the results rows (also in results.csv).
 
-    `time_budget_s` bounds this driver run's wall time: the phases then stop at a Tune step boundary,
+    `time_budget_s` bounds this driver run's wall time: the stages then stop at a Tune step boundary,
     unfinished, and a resume continues them (a budget belongs to a run, not to the study).
 
-    `retry_failed` also reruns, from their last checkpoint, the crashed trials of finished phases
-    (a finished phase keeps its selection: finetuning still starts from the trial chosen before).
+    `retry_failed` also reruns, from their last checkpoint, the crashed trials of finished stages
+    (a finished stage keeps its selection: finetuning still starts from the trial chosen before).
 
     `trainable` is the Tune function of each trial (stage_trainable; a test may wrap it); `verbose`
     is Tune's own verbosity (its tables go wherever stdout goes: see sptune.api and sptune.output).
@@ -224,7 +224,7 @@ def run(study_dir: str | Path, address: str | None = None, verbose: int = 1,
     stopping = threading.Event()
     with ray_session(study_dir, address), time_budget(time_budget_s, stopping) as budget:
         resources.check_cluster(state["options"].gpus_per_worker)
-        together, why = (False, "") if state["options"].sequential_phases else resources.room_for_two_phases(state["options"])
+        together, why = (False, "") if state["options"].sequential_stages else resources.room_for_two_stages(state["options"])
         try:
             if not together:
                 if why:
@@ -238,7 +238,7 @@ def run(study_dir: str | Path, address: str | None = None, verbose: int = 1,
             if not budget.is_set():
                 raise
         if budget.is_set():
-            done = [p for p in STAGES if state["phases"].get(p) == "done"]
+            done = [p for p in STAGES if state["stage_status"].get(p) == "done"]
             output.say(f"time budget of {time_budget_s:g} s reached: stopped cleanly with "
                        f"{', '.join(done) or 'no stage'} finished; continue with `sptune resume {study_dir}`")
     rows = results.collect(study_dir)
@@ -249,8 +249,8 @@ def run(study_dir: str | Path, address: str | None = None, verbose: int = 1,
 @contextmanager
 def time_budget(seconds: float | None, stopping: threading.Event) -> Iterator[threading.Event]:
     """Set `stopping` after `seconds` of wall time (each driver run gets the budget anew); yields an event
-    that says whether the budget, rather than Ctrl-C or an error, stopped the study. The phases' Tune
-    loops then end at a step boundary (stopping_phases), unfinished, so a resume continues them."""
+    that says whether the budget, rather than Ctrl-C or an error, stopped the study. The stages' Tune
+    loops then end at a step boundary (stopping_stages), unfinished, so a resume continues them."""
     reached = threading.Event()
 
     def expire() -> None:
@@ -269,22 +269,22 @@ def time_budget(seconds: float | None, stopping: threading.Event) -> Iterator[th
 
 
 def _run_chain(study_dir: Path, state: dict[str, Any], trainable: Callable[..., None], verbose: int,
-               retry_failed: bool, phases: Iterable[str], stopping: threading.Event) -> None:
-    """Run the phases one after another; once `stopping` is set (the study was interrupted), a phase whose
+               retry_failed: bool, stages: Iterable[str], stopping: threading.Event) -> None:
+    """Run the stages one after another; once `stopping` is set (the study was interrupted), a stage whose
     Tuner returns is not marked done: its trials may have been cut short, and a resume continues them."""
-    for phase in phases:
-        if phase in state["phases"] and not (  # "done", or "skipped: <why>"
-                retry_failed and state["phases"][phase] == "done" and crashed_trials(study_dir, phase)):
+    for stage in stages:
+        if stage in state["stage_status"] and not (  # "done", or "skipped: <why>"
+                retry_failed and state["stage_status"][stage] == "done" and crashed_trials(study_dir, stage)):
             continue
-        if phase == "finetune" and not select_pretraining(study_dir, state):
-            set_phase(study_dir, state, "finetune", "skipped: no pretraining trial completed")
+        if stage == "finetune" and not select_pretraining(study_dir, state):
+            set_stage_status(study_dir, state, "finetune", "skipped: no pretraining trial completed")
             output.say("finetune: skipped, no pretraining trial completed")
             continue
-        stopping_phases.register(stopping_phases.key(study_dir, phase), stopping)
-        run_phase(study_dir, state, phase, trainable, verbose)
+        stopping_stages.register(stopping_stages.key(study_dir, stage), stopping)
+        run_stage_search(study_dir, state, stage, trainable, verbose)
         if stopping.is_set():
             return
-        set_phase(study_dir, state, phase, "done")
+        set_stage_status(study_dir, state, stage, "done")
 
 
 def run_concurrently(run_chain: Callable[[Iterable[str], threading.Event], None],
@@ -292,21 +292,21 @@ def run_concurrently(run_chain: Callable[[Iterable[str], threading.Event], None]
     """The first chain in this (the main) thread, each other in a thread of its own; all finish, or all stop.
 
     Ctrl-C reaches only the main thread. There, or on any error, `stopping` is set: each other chain's Tune
-    loop then raises PhaseInterrupted at the start of its next step (stopping_phases.StopAtStepBoundary),
-    between two writes of Tune's state, and its phase stays unfinished for a resume. An error in another
+    loop then raises StageInterrupted at the start of its next step (stopping_stages.StopAtStepBoundary),
+    between two writes of Tune's state, and its stage stays unfinished for a resume. An error in another
     chain is raised here once the main chain is done."""
     stopping = stopping or threading.Event()
     errors: list[BaseException] = []
 
-    def guarded(phases: tuple[str, ...]) -> None:
+    def guarded(stages: tuple[str, ...]) -> None:
         try:
-            run_chain(phases, stopping)
+            run_chain(stages, stopping)
         except BaseException as error:  # noqa: BLE001 (handed to the main thread, which raises it)
             if not stopping.is_set():
                 errors.append(error)
 
-    threads = [threading.Thread(target=guarded, args=(phases,), name=f"sptune-{'-'.join(phases)}", daemon=True)
-               for phases in chains[1:]]
+    threads = [threading.Thread(target=guarded, args=(stages,), name=f"sptune-{'-'.join(stages)}", daemon=True)
+               for stages in chains[1:]]
     for thread in threads:
         thread.start()
     try:
@@ -323,9 +323,9 @@ def run_concurrently(run_chain: Callable[[Iterable[str], threading.Event], None]
         raise errors[0]
 
 
-def crashed_trials(study_dir: Path, phase: str) -> list[Path]:
-    """Run directories of the phase's trials that crashed after their last retry (error.json)."""
-    stage_dir = study_dir / phase
+def crashed_trials(study_dir: Path, stage: str) -> list[Path]:
+    """Run directories of the stage's trials that crashed after their last retry (error.json)."""
+    stage_dir = study_dir / stage
     return sorted(p.parent for p in stage_dir.glob(f"*/{files.TRIAL_ERROR}")) if stage_dir.is_dir() else []
 
 
@@ -345,38 +345,38 @@ def select_pretraining(study_dir: Path, state: dict[str, Any]) -> dict[str, Any]
     return state["selected"]
 
 
-def trial_spec(study_dir: Path, state: dict[str, Any], phase: str) -> TrialSpec:
-    options, stage_space = state["options"], state["space"]["stages"][phase]
-    return TrialSpec(stage=phase, base=copy.deepcopy(state["stages"][phase]), study_dir=str(study_dir),
+def trial_spec(study_dir: Path, state: dict[str, Any], stage: str) -> TrialSpec:
+    options, stage_space = state["options"], state["space"]["stages"][stage]
+    return TrialSpec(stage=stage, base=copy.deepcopy(state["stages"][stage]), study_dir=str(study_dir),
                      path=options.path, workers=options.workers, cpus_per_worker=options.cpus_per_worker,
                      gpus_per_worker=options.gpus_per_worker, max_failures=options.max_failures,
-                     init=state["selected"] if phase == "finetune" else None,
+                     init=state["selected"] if stage == "finetune" else None,
                      hparam_domains={k: v for k, v in stage_space["params"].items() if isinstance(v, list)})
 
 
-def run_phase(study_dir: Path, state: dict[str, Any], phase: str, trainable: Callable[..., None],
+def run_stage_search(study_dir: Path, state: dict[str, Any], stage: str, trainable: Callable[..., None],
               verbose: int) -> None:
     from ray import tune as ray_tune
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
-    from sptune.tune.progress import PhaseProgress
+    from sptune.tune.progress import StageProgress
 
-    spec = trial_spec(study_dir, state, phase)
+    spec = trial_spec(study_dir, state, stage)
     fn = ray_tune.with_resources(ray_tune.with_parameters(trainable, spec=spec), trial_resources(spec))
-    if not state["options"].sequential_phases:
-        # Tune registers a trainable under its name, one registry per Ray job: two phases running at once
+    if not state["options"].sequential_stages:
+        # Tune registers a trainable under its name, one registry per Ray job: two stages running at once
         # under one name would start each other's trials, and the registry is a plain dict that two
-        # threads must not write at once. So each phase registers its own name here, one at a time, and
-        # hands Tune the name. (A study from before concurrent phases keeps the function: Tuner.restore
+        # threads must not write at once. So each stage registers its own name here, one at a time, and
+        # hands Tune the name. (A study from before concurrent stages keeps the function: Tuner.restore
         # checks the name.)
-        name = f"{phase}_{fn.__name__}"
+        name = f"{stage}_{fn.__name__}"
         with _registry_lock:
             ray_tune.register_trainable(name, fn)
         fn = name
-    experiment = study_dir / "tune" / phase
+    experiment = study_dir / "tune" / stage
     # Not searched, the same in every trial's config: what trackers log as the trial's lineage.
-    lineage = {"name": study_dir.name, "stage": phase}
-    if phase == "finetune":
+    lineage = {"name": study_dir.name, "stage": stage}
+    if stage == "finetune":
         lineage.update(init_trial=spec.init["trial"], init_step=spec.init["step"],
                        init_checkpoint=spec.init["checkpoint"])
     param_space = {LINEAGE_KEY: lineage}
@@ -384,34 +384,34 @@ def run_phase(study_dir: Path, state: dict[str, Any], phase: str, trainable: Cal
     loggers.prepare(logger)
     if ray_tune.Tuner.can_restore(str(experiment)):
         # The callbacks and the searcher come back from the experiment (the searcher reopens the journal).
-        log.info("restoring the %s search from %s", phase, experiment)
+        log.info("restoring the %s search from %s", stage, experiment)
         tuner = ray_tune.Tuner.restore(str(experiment), fn, resume_unfinished=True, resume_errored=True,
                                    param_space=param_space)
     else:
         options = state["options"]
-        stage_space = spaces.parse({"stages": {phase: state["space"]["stages"][phase]}}).stages[phase]
+        stage_space = spaces.parse({"stages": {stage: state["space"]["stages"][stage]}}).stages[stage]
         trials = spaces.trial_count(stage_space, options.num_samples)
         tuner = ray_tune.Tuner(fn, param_space=param_space, tune_config=ray_tune.TuneConfig(
             search_alg=search.limit(search.make_searcher(stage_space, options.sampler, options.seed,
                                                          journal=study_dir / files.OPTUNA_JOURNAL,
-                                                         study_name=search.optuna_study_name(study_dir, phase)),
+                                                         study_name=search.optuna_study_name(study_dir, stage)),
                                     options.max_concurrent),
-            scheduler=search.make_scheduler(spaces.phase_asha(options, trials)),
+            scheduler=search.make_scheduler(spaces.stage_asha(options, trials)),
             num_samples=trials, reuse_actors=True,
-            trial_name_creator=partial(_trial_name, phase),
-            trial_dirname_creator=partial(_trial_name, phase)),
+            trial_name_creator=partial(_trial_name, stage),
+            trial_dirname_creator=partial(_trial_name, stage)),
             run_config=ray_tune.RunConfig(
-                name=phase, storage_path=str(study_dir / "tune"), verbose=verbose,
+                name=stage, storage_path=str(study_dir / "tune"), verbose=verbose,
                 failure_config=ray_tune.FailureConfig(max_failures=options.max_failures),
                 checkpoint_config=ray_tune.CheckpointConfig(num_to_keep=1),
                 # Tune's own TensorBoard logger is left out: the study's TensorBoard runs are the trials'.
-                callbacks=[stopping_phases.StopAtStepBoundary(stopping_phases.key(study_dir, phase)),
+                callbacks=[stopping_stages.StopAtStepBoundary(stopping_stages.key(study_dir, stage)),
                            JsonLoggerCallback(), CSVLoggerCallback(), outcomes.make_outcomes_callback(spec),
-                           *loggers.callbacks(logger, study_dir, phase),
-                           PhaseProgress(phase, trials)]))
+                           *loggers.callbacks(logger, study_dir, stage),
+                           StageProgress(stage, trials)]))
     tuner.fit()
-    stopped.test_stopped(study_dir, phase, spec)  # ASHA's stopped trials: a test metric at their best checkpoint
+    stopped.test_stopped(study_dir, stage, spec)  # ASHA's stopped trials: a test metric at their best checkpoint
 
 
-def _trial_name(phase: str, trial: Any) -> str:
-    return f"{phase}_{trial.trial_id}"
+def _trial_name(stage: str, trial: Any) -> str:
+    return f"{stage}_{trial.trial_id}"

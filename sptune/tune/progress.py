@@ -1,9 +1,9 @@
-"""A phase on the terminal: one progress bar (trials done / total, best validation so far, ETA) and one
+"""A stage on the terminal: one progress bar (trials done / total, best validation so far, ETA) and one
 line per finished trial, drawn by a Tune callback on the study's console (sptune.output).
 
 Without a console (tests, a plain `pipeline.run`) the callback stays silent. Tune pickles its
 callbacks with the experiment (tuner.pkl) and brings them back on restore, so the callback keeps
-only its settings and makes the bar when the (restored) phase starts.
+only its settings and makes the bar when the (restored) stage starts.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from sptune.tune.trainable import searched
 UNITS = 1000
 
 
-class PhaseProgress(Callback):
-    def __init__(self, phase: str, trials: int):
-        self.phase, self.trials = phase, trials
+class StageProgress(Callback):
+    def __init__(self, stage: str, trials: int):
+        self.stage, self.trials = stage, trials
         self._reset()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"phase": self.phase, "trials": self.trials}
+        return {"stage": self.stage, "trials": self.trials}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -51,7 +51,7 @@ class PhaseProgress(Callback):
         self._start = time.monotonic()
         console = output.current()
         self._console = console if console is not None and console.show_trials else None
-        for trial in trials:  # a restored phase: what its trials had done before
+        for trial in trials:  # a restored stage: what its trials had done before
             if trial.status in ("TERMINATED", "ERROR"):
                 self._ended.add(trial.trial_id)
             self._record(trial, trial.last_result or {})
@@ -74,7 +74,7 @@ class PhaseProgress(Callback):
         if self._bar is not None:
             self._bar.close()
         elif self._console is not None:
-            self._console.line(f"{self.phase}: {len(self._ended)}/{self.trials} trials in "
+            self._console.line(f"{self.stage}: {len(self._ended)}/{self.trials} trials in "
                                f"{output.duration(time.monotonic() - (self._start or time.monotonic()))}"
                                + (f", best val {self._best:.4f}" if math.isfinite(self._best) else ""))
 
@@ -97,7 +97,7 @@ class PhaseProgress(Callback):
         params = " ".join(f"{k.rsplit('.', 1)[-1]}={v:g}" if isinstance(v, float) else f"{k.rsplit('.', 1)[-1]}={v}"
                           for k, v in sorted(searched(trial.config).items()))
         best = result.get("best_val")
-        text = (f"{self.phase:8s} {len(self._ended)}/{self.trials}  {params}  {status}"
+        text = (f"{self.stage:8s} {len(self._ended)}/{self.trials}  {params}  {status}"
                 + (f", best val {best:.4f} at step {result.get('best_step')}"
                    if isinstance(best, (int, float)) and math.isfinite(best) else "")
                 + (f", {result['wall_seconds']:.0f} s" if result.get("wall_seconds") is not None else ""))
@@ -111,7 +111,7 @@ class PhaseProgress(Callback):
                           self.trials * UNITS - done)
 
     def _desc(self) -> str:
-        return (f"{self.phase:8s} {len(self._ended)}/{self.trials} trials"
+        return (f"{self.stage:8s} {len(self._ended)}/{self.trials} trials"
                 + (f", best val {self._best:.4f}" if math.isfinite(self._best) else ""))
 
     def _redraw(self) -> None:

@@ -4,7 +4,7 @@ that holds GPUs trains on them (or fails with the reason), one that holds none t
     check_cluster(gpus_per_worker)   the driver, before any trial: a one-line UserError when no node
                                      has, and no autoscaler node type offers, that many GPUs
     trial_device(requested)          in a trial: the run.device to train with, or why it cannot
-    room_for_two_phases(options)     the driver: whether a phase and the scratch search can run their
+    room_for_two_stages(options)     the driver: whether a stage and the scratch search can run their
                                      trials at the same time, and if not, why
 
 Ray hands out GPUs as a resource count; whether torch can use them is another matter (a CPU build of
@@ -79,13 +79,13 @@ def check_cluster(gpus_per_worker: float) -> None:
                     f"(cluster.yaml) and pass --address, or run on CPU with --gpus-per-worker 0")
 
 
-def room_for_two_phases(options: Any) -> tuple[bool, str]:
-    """Whether the cluster can run two phases' trials at once (each phase up to its max_concurrent; options:
+def room_for_two_stages(options: Any) -> tuple[bool, str]:
+    """Whether the cluster can run two stages' trials at once (each stage up to its max_concurrent; options:
     a study's sptune.tune.options.Resolved);
     the reason when it cannot. A cluster that autoscales (or whose autoscaler cannot be read from here)
-    has room: the second phase's waiting trials are what make it add nodes. On a machine that one
-    phase fills, running two at once only splits the same cores (measured on the 2-core demo study:
-    524.5 s concurrent vs 492.2 s sequential), so the phases then run one after another."""
+    has room: the second stage's waiting trials are what make it add nodes. On a machine that one
+    stage fills, running two at once only splits the same cores (measured on the 2-core demo study:
+    524.5 s concurrent vs 492.2 s sequential), so the stages then run one after another."""
     import ray
 
     per_trial = {"CPU": options.workers * options.cpus_per_worker,
@@ -95,7 +95,7 @@ def room_for_two_phases(options: Any) -> tuple[bool, str]:
     short = {kind: amount for kind, amount in needed.items() if have.get(kind, 0.0) < amount}
     if not short or autoscaler_node_types() != {}:
         return True, ""
-    return False, ("phases run one after another: two phases of up to {} trials need {}, the cluster has {}"
+    return False, ("stages run one after another: two stages of up to {} trials need {}, the cluster has {}"
                    .format(options.max_concurrent, _amounts(needed), _amounts(have, needed)))
 
 

@@ -56,9 +56,9 @@ def collect(study_dir: str | Path) -> list[dict[str, Any]]:
         stage_dir = study_dir / stage
         if not stage_dir.is_dir():
             continue
-        phase_done = state.get("phases", {}).get(stage) == "done"
+        stage_done = state.get("stage_status", {}).get(stage) == "done"
         for run_dir in sorted(p for p in stage_dir.iterdir() if (p / "trial.json").is_file()):
-            rows.append(trial_row(run_dir, phase_done))
+            rows.append(trial_row(run_dir, stage_done))
     for stage in STAGES:
         best, how = best_row(rows, stage)
         if best is not None:
@@ -66,7 +66,7 @@ def collect(study_dir: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
-def trial_row(run_dir: Path, phase_done: bool) -> dict[str, Any]:
+def trial_row(run_dir: Path, stage_done: bool) -> dict[str, Any]:
     trial = files.read_json(run_dir / "trial.json")
     result_path, progress_path = run_dir / files.RESULT, run_dir / files.PROGRESS
     result = files.read_json(result_path) if result_path.is_file() else None
@@ -88,7 +88,7 @@ def trial_row(run_dir: Path, phase_done: bool) -> dict[str, Any]:
         # Crashed after its last retry (Tune's error, sptune.tune.failures), stopped early (ASHA) or
         # still to be resumed: the latest eval is all there is.
         error = files.read_json(run_dir / files.TRIAL_ERROR) if (run_dir / files.TRIAL_ERROR).is_file() else None
-        row.update(status="failed" if error else "stopped" if phase_done else "unfinished",
+        row.update(status="failed" if error else "stopped" if stage_done else "unfinished",
                    reason=error["error"] if error else None, best_val=progress.get("best_val"),
                    best_val_loss=progress.get("best_val_loss"), best_step=progress.get("best_step"),
                    final_val=progress.get("val_metric"), steps=progress.get("step"),
@@ -165,8 +165,8 @@ def summary(study_dir: str | Path, rows: list[dict[str, Any]] | None = None) -> 
     for stage in STAGES:
         mine = [r for r in rows if r["stage"] == stage]
         if not mine:
-            phase = state.get("phases", {}).get(stage)
-            lines.append(f"{stage:9s} {0:6d}  " + (f"({phase})" if phase else "(not run)"))
+            status = state.get("stage_status", {}).get(stage)
+            lines.append(f"{stage:9s} {0:6d}  " + (f"({status})" if status else "(not run)"))
             continue
         counts = [sum(r.get("status") == s for r in mine) for s in ("completed", "failed")]
         stopped = len(mine) - sum(counts)

@@ -6,8 +6,8 @@ again): a fully categorical grid is searched by Optuna's BruteForceSampler, whic
 point (enqueued points included) and caps the trial count at the grid size; spaces with a
 continuous range use TPE. Either way `UniqueOptunaSearch` refuses a point that already ran.
 
-Each phase's Optuna study lives in the study directory's journal file (`optuna.journal`, Optuna's
-JournalStorage: append-only, safe for concurrent writers), named `<study dir name>/<phase>`, so
+Each stage's Optuna study lives in the study directory's journal file (`optuna.journal`, Optuna's
+JournalStorage: append-only, safe for concurrent writers), named `<study dir name>/<stage>`, so
 `optuna-dashboard <study>/optuna.journal` shows the searches while they run and after. Resume keeps
 the same Optuna study: see UniqueOptunaSearch.
 """
@@ -44,14 +44,14 @@ def journal_storage(path: str | Path) -> JournalStorage:
     return JournalStorage(JournalFileBackend(str(Path(path).resolve())))
 
 
-def optuna_study_name(study_dir: str | Path, phase: str) -> str:
-    return f"{Path(study_dir).resolve().name}/{phase}"
+def optuna_study_name(study_dir: str | Path, stage: str) -> str:
+    return f"{Path(study_dir).resolve().name}/{stage}"
 
 
 def make_searcher(stage: StageSpace, sampler: str = "auto", seed: int = 0, journal: str | Path | None = None,
                   study_name: str | None = None) -> "UniqueOptunaSearch":
-    """The phase's searcher; with `journal` its Optuna study `study_name` is kept in that journal file
-    (started afresh: a phase is only built anew when Tune has nothing to restore)."""
+    """The stage's searcher; with `journal` its Optuna study `study_name` is kept in that journal file
+    (started afresh: a stage is only built anew when Tune has nothing to restore)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial is Tune's job
     distributions = {
         key: CategoricalDistribution(values) if isinstance(values, list)
@@ -71,7 +71,7 @@ def make_searcher(stage: StageSpace, sampler: str = "auto", seed: int = 0, journ
     if journal is not None:
         storage = journal_storage(journal)
         if study_name in {s.study_name for s in storage.get_all_studies()}:
-            # A phase that Tune could not restore (stopped before its first snapshot) starts over;
+            # A stage that Tune could not restore (stopped before its first snapshot) starts over;
             # the Optuna trials of that attempt were never known to Tune, so they go too.
             optuna.delete_study(study_name=study_name, storage=storage)
     return UniqueOptunaSearch(space=distributions, metric=METRIC, mode=MODE,
@@ -80,7 +80,7 @@ def make_searcher(stage: StageSpace, sampler: str = "auto", seed: int = 0, journ
 
 
 def limit(searcher: "UniqueOptunaSearch", max_concurrent: int) -> "ResumableLimiter":
-    """The searcher behind the phase's concurrency limit (in place of TuneConfig.max_concurrent_trials)."""
+    """The searcher behind the stage's concurrency limit (in place of TuneConfig.max_concurrent_trials)."""
     return ResumableLimiter(searcher, max_concurrent=max_concurrent)
 
 

@@ -1,8 +1,8 @@
-"""Optuna's standard plots of each phase's search, as PNG, from the study's journal (files.OPTUNA_JOURNAL):
+"""Optuna's standard plots of each stage's search, as PNG, from the study's journal (files.OPTUNA_JOURNAL):
 
-    plots/<phase>-history.png      optimization history (validation metric per trial, best so far)
-    plots/<phase>-importance.png   parameter importances (PED-ANOVA: numpy only), when >= 2 params vary
-    plots/<phase>-slice.png        the metric against each searched param
+    plots/<stage>-history.png      optimization history (validation metric per trial, best so far)
+    plots/<stage>-importance.png   parameter importances (PED-ANOVA: numpy only), when >= 2 params vary
+    plots/<stage>-slice.png        the metric against each searched param
 
 Written at the end of `sptune study` / `resume` and by `sptune report <study dir>`.
 """
@@ -32,7 +32,7 @@ PLOTS_DIR = "plots"
 
 
 def write(study_dir: str | Path) -> list[Path]:
-    """Every plot that the phases' finished trials allow; returns the PNG paths."""
+    """Every plot that the stages' finished trials allow; returns the PNG paths."""
     study_dir = Path(study_dir)
     journal = study_dir / files.OPTUNA_JOURNAL
     if not journal.is_file():
@@ -40,8 +40,8 @@ def write(study_dir: str | Path) -> list[Path]:
     storage = search.journal_storage(journal)
     names = {s.study_name for s in storage.get_all_studies()}
     paths = []
-    for phase in STAGES:
-        name = search.optuna_study_name(study_dir, phase)
+    for stage in STAGES:
+        name = search.optuna_study_name(study_dir, stage)
         if name not in names:
             continue
         study = optuna.load_study(study_name=name, storage=storage)
@@ -55,13 +55,13 @@ def write(study_dir: str | Path) -> list[Path]:
             figures["importance"] = lambda: ovm.plot_param_importances(
                 study, evaluator=optuna.importance.PedAnovaImportanceEvaluator(), params=varying)
         for kind, draw in figures.items():
-            path = study_dir / PLOTS_DIR / f"{phase}-{kind}.png"
+            path = study_dir / PLOTS_DIR / f"{stage}-{kind}.png"
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")  # optuna.visualization.matplotlib is "experimental"
                     axes = draw()
             except (ValueError, RuntimeError) as exc:  # e.g. importances of trials that all scored the same
-                log.warning("no %s plot for %s: %s", kind, phase, exc)
+                log.warning("no %s plot for %s: %s", kind, stage, exc)
                 continue
             figure = (axes.flat[0] if hasattr(axes, "flat") else axes).figure
             figure.suptitle(name, fontsize=9)

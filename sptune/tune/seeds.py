@@ -76,10 +76,10 @@ def study_pair(seed: int, study_dir: Path) -> tuple[pairs.Pair, str | None]:
     metric = (best["scratch"] or best["finetune"] or {}).get("metric")
     state = results.study_state(study_dir)
     missing = [s for s in ("finetune", "scratch") if best[s] is None]
-    phases = state.get("phases", {})
+    stages = state.get("stage_status", {})
     status = "completed" if not missing else (
-        ("no completed " + "/".join(missing) + " trial; phases: " + ", ".join(f"{k} {v}" for k, v in phases.items()))
-        if phases else "not run yet")
+        ("no completed " + "/".join(missing) + " trial; stages: " + ", ".join(f"{k} {v}" for k, v in stages.items()))
+        if stages else "not run yet")
     seconds = sum(r.get("device_seconds") or 0.0 for r in rows)
     get = lambda stage, key: (best[stage] or {}).get(key)  # noqa: E731
     return pairs.Pair(seed, get("finetune", "test_metric"), get("scratch", "test_metric"), get("finetune", "best_val"),

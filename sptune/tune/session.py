@@ -62,7 +62,7 @@ def ray_session(run_dir: str | Path, address: str | None = None) -> Iterator[Non
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     # Ray Train's checkpoints (the train path) force an experiment snapshot each (num_to_keep=1): wanted.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    # Ctrl-C must raise, not end Tune's loop "normally": a phase that returns is marked done.
+    # Ctrl-C must raise, not end Tune's loop "normally": a stage that returns is marked done.
     os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
     if ray.is_initialized():
         yield

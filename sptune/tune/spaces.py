@@ -13,9 +13,9 @@ A list is a categorical grid; `{loguniform: [lo, hi]}` / `{uniform: [lo, hi]}` a
 Top-level keys: num_samples, max_concurrent, seed, sampler (SAMPLERS), asha, resources.
 
 Early stopping: ASHA on our own clock (the fraction of each trial's budget), from an `asha:` block,
-`--asha`, or by default for a phase of at least ASHA_MIN_TRIALS trials whose evals meet its rungs
+`--asha`, or by default for a stage of at least ASHA_MIN_TRIALS trials whose evals meet its rungs
 (`--no-asha` turns it off). A trial it stops gets its test metric at its best checkpoint when the
-phase ends (sptune.tune.stopped).
+stage ends (sptune.tune.stopped).
 """
 
 from __future__ import annotations
@@ -181,15 +181,15 @@ def check_value(where: str, key: str, value: Any) -> None:
 # 15 searches never came within 1 point (the best trial starts slowly and was stopped); grace 1/4: 50%.
 # (The 35% in docs/cluster.md is the benchmark's own default run, 3 search seeds: another sample.)
 DEFAULT_ASHA = {"grace_period": 0.125, "reduction_factor": 3.0}
-# ASHA is on by default for a phase of at least this many trials, where its rungs fit the evals (else it
+# ASHA is on by default for a stage of at least this many trials, where its rungs fit the evals (else it
 # silently stays off). With fewer, a trial is judged at a rung against one or two others: little compute
 # is saved and a slow starter is easily lost.
 ASHA_MIN_TRIALS = 8
 
 
-def phase_asha(options: Any, trials: int) -> dict[str, Any] | None:
-    """The ASHA settings of a phase of `trials` trials, or None (FIFO). options: a study's
-    sptune.tune.options.Resolved; asha_min_trials is 0 when ASHA was asked for (--asha, an asha block), so every phase gets it."""
+def stage_asha(options: Any, trials: int) -> dict[str, Any] | None:
+    """The ASHA settings of a stage of `trials` trials, or None (FIFO). options: a study's
+    sptune.tune.options.Resolved; asha_min_trials is 0 when ASHA was asked for (--asha, an asha block), so every stage gets it."""
     return options.asha if options.asha and trials >= options.asha_min_trials else None
 
 

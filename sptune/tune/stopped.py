@@ -1,12 +1,12 @@
 """A test metric for every trial that ASHA stopped early, at its own best-validation checkpoint.
 
 A stopped trial ends at a rung, inside Tune, without the stage's final test evaluation (sptune.train.run_stage
-step 7). Once its phase has ended, `test_stopped` evaluates the test split at each such trial's best.pt
+step 7). Once its stage has ended, `test_stopped` evaluates the test split at each such trial's best.pt
 (chosen on validation, as for a completed trial) and writes its result.json with status `stopped`, so
 results.csv gives it a test metric and its whole cost. Selection stays validation-only and among completed
 trials (results.best_row): the test metric of a stopped trial is reported, never used to choose.
 
-Run after the phase, not inside the trial: Tune ends a stopped trial at its report, with no place to run
+Run after the stage, not inside the trial: Tune ends a stopped trial at its report, with no place to run
 more code. Robust to a killed driver: a trial without result.json is tested again at the next resume,
 and result.json is written atomically, last.
 """
@@ -24,11 +24,11 @@ log = logging.getLogger("sptune.tune")
 STATUS = "stopped"
 
 
-def test_stopped(study_dir: Path, phase: str, spec: Any = None) -> list[Path]:
-    """Test every trial of an ended phase that has a best checkpoint but no result and no crash record;
-    returns their run directories. With the phase's TrialSpec, the trial's TensorBoard HParams outcome
+def test_stopped(study_dir: Path, stage: str, spec: Any = None) -> list[Path]:
+    """Test every trial of an ended stage that has a best checkpoint but no result and no crash record;
+    returns their run directories. With the stage's TrialSpec, the trial's TensorBoard HParams outcome
     (written `stopped` by sptune.tune.outcomes) gets the test metric too."""
-    stage_dir = Path(study_dir) / phase
+    stage_dir = Path(study_dir) / stage
     if not stage_dir.is_dir():
         return []
     tested = []
@@ -38,7 +38,7 @@ def test_stopped(study_dir: Path, phase: str, spec: Any = None) -> list[Path]:
         if not (run_dir / files.BEST).is_file() or not (run_dir / files.LAST).is_file():
             continue  # stopped before its first eval: nothing to test (results lists it as stopped)
         trial = files.read_json(run_dir / files.TRIAL)
-        result = stopped_result(run_dir, phase, int(trial.get("workers", 1)))
+        result = stopped_result(run_dir, stage, int(trial.get("workers", 1)))
         if spec is not None:
             from sptune.tune import trainable
 
