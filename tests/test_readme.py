@@ -80,6 +80,7 @@ def test_every_shown_command_and_flag_exists(where, line):
         words = words[1:]
     elif words[:3] == ["python", "-m", "sptune.cli"]:
         words = words[3:]
+    words[0] = words[0].removeprefix(".venv/bin/")
     if words[0].startswith("python"):  # python studies/<script>.py
         script = words[1]
         assert (ROOT / script).is_file(), f"{where}: {script} does not exist"
