@@ -14,6 +14,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+# mkstemp creates 0600 files; a written file gets the mode a plain open() would give it (0666 less the
+# umask), so other accounts on a shared study directory (a cluster's NFS) can read results and plots.
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+FILE_MODE = 0o666 & ~_UMASK
+
 
 @contextmanager
 def replacing(path: str | os.PathLike) -> Iterator[Path]:
@@ -24,6 +30,7 @@ def replacing(path: str | os.PathLike) -> Iterator[Path]:
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, FILE_MODE)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
