@@ -65,7 +65,7 @@ def test_selection_and_confirmation_seeds_are_reported_apart_with_the_compute_ti
                  arm("Transformer", "scratch", seed, tied, role="confirmation", compute="tied")]
     text = "\n".join(architectures.lines(rows, LAYOUT))
     selection, confirmation = text.split("### Seeds 1, 2, 3")
-    assert "### Seeds 0 (selection seeds" in selection and "SPT gain +10.00 (n=1, no interval)" in selection
+    assert "### Seed 0 (selection seeds" in selection and "SPT gain +10.00 (n=1, no interval)" in selection
     assert "confirmation seeds: they chose nothing" in confirmation
     # confirmation only: SPT - scratch = 5, 10, 2 (mean 5.67); SPT - tied = 4, 5, 2 (mean 3.67)
     assert "SPT gain +5.67 ± " in confirmation and "compute-tied SPT gain +3.67 ± " in confirmation

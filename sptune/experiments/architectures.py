@@ -46,7 +46,7 @@ def lines(arm_rows: list[dict[str, Any]], layout: dict[str, Any]) -> list[str]:
         group = [a for a in done if role is None or a.get("role") == role]
         seeds = sorted({a.get("seed") for a in group})
         if role is not None:
-            out += [f"### Seeds {', '.join(map(str, seeds))} ({ROLE_TEXT[role]})", ""]
+            out += [f"### Seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))} ({ROLE_TEXT[role]})", ""]
         out += role_lines(group, layout) + [""]
     out += convergence_table(done)
     task = layout.get("baselines_task")
