@@ -219,8 +219,10 @@ def test_stages_run_together_only_where_two_fit(ray_instance):
 
 
 def test_a_study_from_before_concurrent_stages_resumes_sequentially():
-    assert pipeline.sequential({"num_samples": 2}) and pipeline.sequential({"sequential_stages": True})
-    assert not pipeline.sequential({"sequential_stages": False})
+    old = pipeline.resolve_options(pipeline.Options(), spaces.SearchSpace(path="", stages={})).to_dict()
+    del old["sequential_stages"]  # study.json as written before stages could run concurrently
+    assert pipeline.Resolved.from_dict(old).sequential_stages
+    assert not pipeline.Resolved.from_dict({**old, "sequential_stages": False}).sequential_stages
 
 
 def test_diverged_trial_is_failed_and_the_search_continues(tmp_path, ray_instance):

@@ -183,7 +183,9 @@ _registry_lock = threading.Lock()  # Ray Tune's trainable registry (see run_stag
 
 def save_state(study_dir: Path, state: dict[str, Any]) -> None:
     with _state_lock:
-        atomic.write_json(Path(study_dir) / files.STUDY, {**state, "options": state["options"].to_dict()})
+        options = state.get("options")  # typed in memory (load_state), a dict in study.json
+        atomic.write_json(Path(study_dir) / files.STUDY,
+                          {**state, "options": options.to_dict()} if isinstance(options, Resolved) else state)
 
 
 def set_stage_status(study_dir: Path, state: dict[str, Any], stage: str, status: str) -> None:
