@@ -76,6 +76,16 @@ def add_flags(parser) -> None:
                              f"a {CPU_BUDGET}-step budget, 5 confirmation seeds")
 
 
+NOTES = ["Each entry's device-seconds cover its whole budget (SPT + finetuning, or scratch)."]
+
+
+def shares_layout(heading: str) -> dict:
+    """Rows = SPT share, columns = task · model; each share's paired gain over 0% (scratch for the budget)."""
+    return {"kind": "grid", "row": "share_label", "col": "column", "row_title": "SPT share", "heading": heading,
+            "plots": ["shares"], "plot_title": "compute-tied: test accuracy vs SPT share of the budget",
+            "gains_over": share_label(0)}
+
+
 def split_steps(share: float, total: int) -> list[str]:
     """A share p pretrains round(p * total) steps and finetunes the rest; 0% is scratch for the whole budget."""
     pre = round(share * total)
@@ -121,11 +131,7 @@ def build(args) -> Plan:
         axis="SPT share {0, 20, 40, 60}% of a fixed step budget x task x model; seeds",
         nuisance="none searched (fixed lr per stage: Table 4 rotary rows, Appendix C.1.4)",
         fixed="total steps per task (Text 30 / Image 150 epochs' worth), one batch size for both stages, models",
-        layout={"kind": "grid", "row": "share_label", "col": "column", "row_title": "SPT share",
-                "heading": "Test accuracy (%) at a fixed total budget", "plots": ["shares"],
-                "plot_title": "compute-tied: test accuracy vs SPT share of the budget", "gains_over": share_label(0)},
-        cells=cells,
-        notes=["Each entry's device-seconds cover its whole budget (SPT + finetuning, or scratch)."],
+        layout=shares_layout("Test accuracy (%) at a fixed total budget"), cells=cells, notes=NOTES,
         commands={"launch": "python studies/spt_ratio.py", "resume": "python studies/spt_ratio.py (same flags)",
                   "report": "sptune report <experiment dir>"})
 
@@ -151,10 +157,8 @@ def build_cpu(args) -> Plan:
         axis="SPT share {0, 20, 40, 60}% of 400 steps x model (Transformer, S4D); seeds",
         nuisance="none searched: each stage's lr as the main job's selection seed 0 chose it",
         fixed="configs/ucr_osuleaf_{transformer,s4}.yaml (2 blocks x 64, batch 32), the 400-step budget",
-        layout={"kind": "grid", "row": "share_label", "col": "column", "row_title": "SPT share",
-                "heading": "Test accuracy (%) at a fixed total budget of 400 steps", "plots": ["shares"],
-                "plot_title": "compute-tied: test accuracy vs SPT share of the budget", "gains_over": share_label(0)},
-        cells=cells, notes=["Each entry's device-seconds cover its whole budget (SPT + finetuning, or scratch)."],
+        layout=shares_layout(f"Test accuracy (%) at a fixed total budget of {CPU_BUDGET} steps"), cells=cells,
+        notes=NOTES,
         commands={"launch": "python studies/spt_ratio.py --cpu", "resume": "python studies/spt_ratio.py --cpu (same flags)",
                   "report": "sptune report <experiment dir>"})
 
