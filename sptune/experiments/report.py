@@ -359,11 +359,10 @@ def write(experiment_dir: str | Path) -> dict[str, Any]:
     else:
         lines += [f"## {layout.get('heading', 'Results')}", "", grid_table(arm_rows, layout), ""]
         if layout.get("gains_over"):
-            summary_lines = gains_lines(arm_rows, layout)
-            lines += summary_lines
+            summary_lines += gains_lines(arm_rows, layout)
         if layout.get("architectures"):  # the 2 x 2 of paper Table 1: gains, gaps, baselines
-            summary_lines = architectures.lines(arm_rows, layout) + architectures.boundary_lines(plan, rows)
-            lines += summary_lines
+            summary_lines += architectures.lines(arm_rows, layout) + architectures.boundary_lines(plan, rows)
+        lines += summary_lines
         for name in layout.get("plots", []):
             pngs.append(getattr(figures, name)(arm_rows, layout, experiment_dir / f"{name}.png"))
     if layout.get("curves"):  # Figure 5: the selected trials' validation curves, by step and by FLOPs
