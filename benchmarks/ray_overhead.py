@@ -55,13 +55,13 @@ def tuned(config: str, overrides: list[str], trials: int, out: Path, path: str) 
     state = pipeline.create(config, overrides, out / "study", str(space), Options(train_path=path, max_concurrent=1))
     start = time.perf_counter()
     # The session every study uses: a local Ray instance, started here so that its start is timed apart.
-    with session.ray_session(Path(state["dir"])):
+    with session.ray_session(Path(state.dir)):
         ray_start = time.perf_counter() - start
         begin_wall = time.time()
         begin = time.perf_counter()
-        pipeline.run_stage_search(Path(state["dir"]), state, "scratch", trainable.stage_trainable, verbose=0)
+        pipeline.run_stage_search(Path(state.dir), state, "scratch", trainable.stage_trainable, verbose=0)
         total = time.perf_counter() - begin
-    runs = sorted((Path(state["dir"]) / "scratch").iterdir(),
+    runs = sorted((Path(state.dir) / "scratch").iterdir(),
                   key=lambda d: files.read_json(d / "trial.json")["attempts"][0]["started"])
     latencies, previous_end = [], begin_wall
     for run in runs:

@@ -64,10 +64,10 @@ def run_study(config: str | Path, overrides: Sequence[str] = (), dir: str | Path
                            f"one study directory per seed (seed-<s>/)"])
     state = pipeline.create(str(config), list(overrides), study_dir,
                             str(search_space) if search_space else None, options)
-    header = [f"study {state['dir']}: search space {state['space']['path']}, up to "
-              f"{state['options'].num_samples} trials per stage, {state['options'].max_concurrent} at once",
-              pipeline.describe_path(state["options"])]
-    return _run(Path(state["dir"]), address, output, header, time_budget_s=time_budget_s)
+    header = [f"study {state.dir}: search space {state.space['path']}, up to "
+              f"{state.options.num_samples} trials per stage, {state.options.max_concurrent} at once",
+              pipeline.describe_path(state.options)]
+    return _run(Path(state.dir), address, output, header, time_budget_s=time_budget_s)
 
 
 def resume_study(study_dir: str | Path, *, address: str | None = None, output: str = "progress",
@@ -75,16 +75,16 @@ def resume_study(study_dir: str | Path, *, address: str | None = None, output: s
     """Continue a study whose driver stopped: finished trials are kept, unfinished ones continue;
     `retry_failed` also reruns crashed trials of finished stages from their last checkpoint."""
     from sptune.tune import seeds as tune_seeds
-    from sptune.tune import pipeline
+    from sptune.tune import study_state
 
     _check_output(output)
     if tune_seeds.is_seeds_dir(study_dir):
         return _run_seeds(Path(study_dir).resolve(), address, output,
                           [f"resuming the multi-seed study {Path(study_dir).resolve()}"])
-    state = pipeline.load_state(study_dir)
-    done = [p for p, s in state["stage_status"].items() if s == "done"]
-    return _run(Path(state["dir"]), address, output,
-                [f"resuming {state['dir']}" + (f" (done: {', '.join(done)})" if done else "")], retry_failed,
+    state = study_state.load(study_dir)
+    done = [p for p in state.stage_status if state.stage_done(p)]
+    return _run(Path(state.dir), address, output,
+                [f"resuming {state.dir}" + (f" (done: {', '.join(done)})" if done else "")], retry_failed,
                 time_budget_s)
 
 
@@ -161,14 +161,13 @@ def load_results(study_dir: str | Path):
     Rows come from the trials' run directories (as results.csv does), so a running study can be read."""
     import pandas as pd
 
-    from sptune.tune import results
-    from sptune.tune import pipeline
+    from sptune.tune import results, study_state
 
-    state = pipeline.load_state(study_dir)
-    rows = results.collect(state["dir"])
+    state = study_state.load(study_dir)
+    rows = results.collect(state.dir)
     frame = pd.DataFrame(rows, columns=_columns(rows))
     frame["best_in_stage"] = frame["selected"].fillna(False).astype(bool)
-    selected = (state.get("selected") or {}).get("trial")
+    selected = state.selected.trial if state.selected else None
     frame["selected_pretraining"] = (frame["stage"] == "pretrain") & (frame["trial_id"] == selected)
     return frame.drop(columns="selected")
 

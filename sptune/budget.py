@@ -21,12 +21,15 @@ import json
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from sptune.config import STAGES, Config, from_dict, merge
 from sptune.errors import UserError
+
+if TYPE_CHECKING:
+    from sptune.tune.study_state import StudyState
 
 # Dense (no sparsity) peak TFLOP/s, from the vendors' datasheets: NVIDIA A10 (the A10G of AWS g5
 # instances is its variant), A100 SXM4, H100 SXM5. fp32 is the non-tensor-core rate: PyTorch leaves
@@ -124,13 +127,13 @@ def _key(cfg: Config) -> str:
 
 
 # ----------------------------------------------------------------------------- one study
-def study_budget(state: dict[str, Any], cell: str = "", stages: tuple[str, ...] = STAGES) -> list[StageBudget]:
+def study_budget(state: StudyState, cell: str = "", stages: tuple[str, ...] = STAGES) -> list[StageBudget]:
     """The stages of a resolved study (pipeline.resolve's state), each summed over its trials."""
     from sptune.tune import spaces
 
-    space = spaces.parse({"stages": state["space"]["stages"]}, state["space"]["path"])
-    return [stage_budget(state["stages"][stage], stage, spaces.trial_count(space.stages[stage],
-                         state["options"].num_samples), shape_points(space.stages[stage].params), cell)
+    space = spaces.parse({"stages": state.space["stages"]}, state.space["path"])
+    return [stage_budget(state.stages[stage], stage, spaces.trial_count(space.stages[stage],
+                         state.options.num_samples), shape_points(space.stages[stage].params), cell)
             for stage in stages]
 
 

@@ -75,7 +75,7 @@ def main(experiment: str, build_plan: Callable[[argparse.Namespace], Plan], desc
                         if cell_done(c, experiment_dir.resolve() / files.CELLS / c.key, plan.backend)]
             if finished:
                 console.line(f"resuming: {len(finished)} of {len(plan.cells)} cells already finished, skipped")
-            progress = CellProgress(console, len(plan.cells), len(finished))
+            progress = CellProgress(console, len(plan.cells), len(finished), live=plan.backend == "plain")
             try:
                 failed = run_experiment(experiment_dir, plan, search_options.from_args(args), args.address,
                                         on_cell=progress)

@@ -118,7 +118,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     state = pipeline.resolve(args.config, args.overrides, args.search_space, options.from_args(args),
                              check_rungs=False)
     stages = budget.study_budget(state)
-    title = f"plan of `sptune study {args.config}` (search space {state['space']['path']}); nothing trains"
+    title = f"plan of `sptune study {args.config}` (search space {state.space['path']}); nothing trains"
     for line in budget.format_budget(title, stages, budget.node_flops_per_s(args.seconds), args.gpu,
                                      args.utilization):
         print(line)

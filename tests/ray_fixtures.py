@@ -18,6 +18,17 @@ TINY = ["model.d_model=16", "model.n_layers=1", "model.n_heads=2", "model.d_ff=1
         "optim.eval_every=4", "optim.batch_size=8", "optim.warmup_steps=0", "task.max_val_examples=32"]
 
 
+
+def bare_study(study_dir: Path, space: dict | None = None, stage_status: dict | None = None) -> None:
+    """A study.json with default options and no stage configs, for results read from trials faked on disk."""
+    from sptune.tune import pipeline, spaces, study_state
+
+    options = pipeline.resolve_options(pipeline.Options(), spaces.SearchSpace(path="", stages={}))
+    Path(study_dir).mkdir(parents=True, exist_ok=True)
+    study_state.save(study_dir, study_state.StudyState(stages={}, space=space or {}, options=options, config="None",
+                                                       overrides=[], stage_status=stage_status or {}))
+
+
 @pytest.fixture(scope="session")
 def ray_instance():
     import ray

@@ -24,7 +24,7 @@ from ray_fixtures import CONFIG, REPO, sptune_env
 from test_cluster import free_ports
 
 from sptune import files
-from sptune.tune import pipeline, results, session, spaces, trainable
+from sptune.tune import pipeline, results, session, spaces, study_state, trainable
 
 pytestmark = pytest.mark.slow
 
@@ -170,7 +170,7 @@ def test_autoscaling_study_survives_losing_a_worker_node(tmp_path):
         assert [h["step"] for h in history] == list(range(4, 41, 4))
 
         # ...and its numbers are those of an uninterrupted run of the same config (plain run_stage).
-        state = pipeline.load_state(study_dir)
+        state = study_state.load(study_dir)
         spec = pipeline.trial_spec(study_dir, state, "pretrain")
         for row in (r for r in rows if r["stage"] == "pretrain"):
             params = files.read_json(Path(row["run_dir"]) / "trial.json")["params"]

@@ -31,13 +31,13 @@ def test_interior_fixed_and_non_numeric_values_do_not_warn():
     assert boundary.warnings({}, {}) == []
 
 
-def test_summary_prints_the_warning(tmp_path, monkeypatch):
+def test_summary_prints_the_warning(tmp_path):
+    from ray_fixtures import bare_study
     from sptune.tune import results
 
     rows = [{"stage": "scratch", "trial_id": "t1", "status": "completed", "metric": "accuracy", "best_val": 0.5,
              "best_val_loss": 1.0, "val_targets": 100, "best_step": 10, "test_metric": 0.4, "wall_seconds": 1.0,
              "optim.lr": 1e-3}]
-    monkeypatch.setattr(results, "study_state", lambda d: {"space": {"path": "s.yaml", "stages": {"scratch": {
-        "params": {"optim.lr": [1e-4, 1e-3]}}}}})
+    bare_study(tmp_path, space={"path": "s.yaml", "stages": {"scratch": {"params": {"optim.lr": [1e-4, 1e-3]}}}})
     text = results.summary(tmp_path, rows)
     assert "warning: scratch selected optim.lr=0.001, the top of its grid [0.0001, 0.001]: extend the grid" in text

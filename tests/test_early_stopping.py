@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ray_fixtures import CONFIG, TINY
+from ray_fixtures import CONFIG, TINY, bare_study
 
 from sptune import atomic, files, train
 from sptune.config import load as load_config
@@ -29,32 +29,32 @@ FITS = ["optim.max_steps=64", "optim.eval_every=8"]  # an eval every 1/8 of the 
 
 
 def test_asha_is_on_by_default_only_for_stages_of_a_large_grid(tmp_path):
-    options = create(tmp_path, FITS)["options"]
+    options = create(tmp_path, FITS).options
     assert options.asha == spaces.DEFAULT_ASHA and options.asha_min_trials == spaces.ASHA_MIN_TRIALS
     assert spaces.stage_asha(options, 8) == spaces.DEFAULT_ASHA  # the 8-point scratch grid
     assert spaces.stage_asha(options, 1) is None  # pretrain / finetune: one point each, FIFO
 
 
 def test_default_asha_stays_off_where_its_rungs_miss_the_evals(tmp_path):
-    options = create(tmp_path, ["optim.max_steps=64", "optim.eval_every=32"])["options"]  # no eval at 1/8..1/4
+    options = create(tmp_path, ["optim.max_steps=64", "optim.eval_every=32"]).options  # no eval at 1/8..1/4
     assert options.asha is None and spaces.stage_asha(options, 8) is None
 
 
 def test_asking_for_asha_keeps_the_error_and_applies_to_every_stage(tmp_path):
     with pytest.raises(UserError, match="rung"):
         create(tmp_path, ["optim.max_steps=64", "optim.eval_every=32"], pipeline.Options(asha=True))
-    options = create(tmp_path / "asked", FITS, pipeline.Options(asha=True))["options"]
+    options = create(tmp_path / "asked", FITS, pipeline.Options(asha=True)).options
     assert options.asha_min_trials == 0 and spaces.stage_asha(options, 1) == spaces.DEFAULT_ASHA
 
 
 def test_no_asha_overrides_the_default(tmp_path):
-    options = create(tmp_path, FITS, pipeline.Options(asha=False))["options"]
+    options = create(tmp_path, FITS, pipeline.Options(asha=False)).options
     assert options.asha is None and spaces.stage_asha(options, 8) is None
 
 
 def test_a_small_grid_keeps_fifo(tmp_path):
     small = {"params": {"optim.lr": [1e-3, 1e-4], "optim.batch_size": [8]}}
-    options = create(tmp_path, FITS, scratch=small)["options"]
+    options = create(tmp_path, FITS, scratch=small).options
     assert spaces.stage_asha(options, spaces.trial_count(spaces.parse(
         {"stages": {"scratch": small}}).stages["scratch"], options.num_samples)) is None
 
@@ -78,7 +78,7 @@ def stopped_trial(tmp_path, stage="scratch", stop_at=8):
                                               "path": "direct", "workers": 1, "devices": 1, "init": None,
                                               "attempts": [{"start_step": 0, "node_id": "n", "hostname": "h",
                                                             "pid": 1}]})
-    atomic.write_json(tmp_path / "study" / files.STUDY, {"stage_status": {stage: "done"}, "stages": {}})
+    bare_study(tmp_path / "study", stage_status={stage: "done"})
     return run_dir
 
 

@@ -30,10 +30,14 @@ def test_cells_share_one_tune_run_and_stay_studies(tmp_path, ray_instance):  # n
     plan = tiny_plan(["a", "b", "bad"], broken=("bad",))
     seen = []
     failed = run_experiment(tmp_path, plan, Options(max_concurrent=2),
-                            on_cell=lambda cell, status, seconds: seen.append((cell.key, status)))
+                            on_cell=lambda cell, status, seconds: seen.append((cell.key, status, seconds)))
     assert failed == ["bad"] and (tmp_path / files.CELLS / "bad" / files.CELL_ERROR).is_file()
-    assert sorted(seen) == [("a", "done"), ("b", "done"), ("bad", "failed")]
-    assert [p.name for p in (tmp_path / "tune").iterdir()] == ["experiment"]  # one Tune run, not one per stage
+    assert sorted(key_status for *key_status, _ in seen) == [["a", "done"], ["b", "done"], ["bad", "failed"]]
+    for key, _, seconds in seen:  # a cell's own device-seconds, not the shared run's wall time
+        rows = results.collect(tmp_path / files.CELLS / key) if key != "bad" else []
+        assert seconds == pytest.approx(sum(r["device_seconds"] for r in rows)) and (seconds > 0) == (key != "bad")
+    # one Tune run, not one per stage; runs.json: which run serves which cells
+    assert sorted(p.name for p in (tmp_path / "tune").iterdir()) == ["experiment", "runs.json"]
     spans = []
     for key in ("a", "b"):
         cell_dir = tmp_path / files.CELLS / key

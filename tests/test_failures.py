@@ -9,7 +9,7 @@ from ray_fixtures import CONFIG, TINY, ray_instance  # noqa: F401 (fixture)
 from test_tune import new_study
 
 from sptune import files
-from sptune.tune import pipeline, resources, results, search, spaces, trainable
+from sptune.tune import pipeline, resources, results, search, spaces, study_state, trainable
 from sptune.cli import main
 from sptune.config import load as load_config
 from sptune.errors import UserError
@@ -114,7 +114,7 @@ def test_oom_is_final_and_a_crash_is_failed_then_retried_from_its_checkpoint(tmp
     stages = {"scratch": {"params": {"optim.lr": [1e-3, 2e-2], "optim.batch_size": [8]}}}
     state = new_study(tmp_path, stages, overrides=["optim.max_steps=40", "optim.eval_every=4"],
                       options=pipeline.Options(max_failures=1))
-    study_dir = Path(state["dir"])
+    study_dir = Path(state.dir)
     pipeline.run_stage_search(study_dir, state, "scratch", failing_trainable, verbose=0)
     rows = {r["optim.lr"]: r for r in results.collect(study_dir)}
 
@@ -131,10 +131,10 @@ def test_oom_is_final_and_a_crash_is_failed_then_retried_from_its_checkpoint(tmp
     (tmp_path / "again").mkdir()
     state = new_study(tmp_path / "again", {"scratch": {"params": {"optim.lr": [1e-3], "optim.batch_size": [8]}}},
                       overrides=["optim.max_steps=40", "optim.eval_every=4"], options=pipeline.Options(max_failures=0))
-    study_dir = Path(state["dir"])
+    study_dir = Path(state.dir)
     pipeline.run_stage_search(study_dir, state, "scratch", failing_trainable, verbose=0)
-    state["stage_status"] = {"pretrain": "skipped: test", "finetune": "skipped: test", "scratch": "done"}
-    pipeline.save_state(study_dir, state)
+    state.stage_status = {"pretrain": "skipped: test", "finetune": "skipped: test", "scratch": "done"}
+    study_state.save(study_dir, state)
     (row,) = results.collect(study_dir)
     assert row["status"] == "failed" and row["reason"] == "RuntimeError: injected crash" and row["steps"] >= 20
     assert "failed: scratch" in results.summary(study_dir) and "injected crash" in results.summary(study_dir)

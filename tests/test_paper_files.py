@@ -145,6 +145,6 @@ def test_every_config_starts_a_smoke_study_without_data(path, tmp_path, monkeypa
     monkeypatch.setenv("SPTUNE_DATA", str(tmp_path / "no-data"))
     monkeypatch.chdir(tmp_path)  # the search space comes from the package, not the working directory
     state = pipeline.create(str(path), [], tmp_path / "study", None, pipeline.Options(smoke=True))
-    task, model = state["stages"]["scratch"]["task"]["name"], state["stages"]["scratch"]["model"]["name"]
-    assert Path(state["space"]["path"]).resolve() == (REPO / "search_spaces" / task / f"{model}.yaml").resolve()
-    assert set(state["space"]["stages"]) == set(STAGES)
+    task, model = state.stages["scratch"]["task"]["name"], state.stages["scratch"]["model"]["name"]
+    assert Path(state.space["path"]).resolve() == (REPO / "search_spaces" / task / f"{model}.yaml").resolve()
+    assert set(state.space["stages"]) == set(STAGES)

@@ -40,9 +40,9 @@ def test_totals_are_sums_and_flops_scale_with_steps():
 
     state, short = stages(40)
     _, long = stages(80)
-    space = spaces.parse({"stages": state["space"]["stages"]}, "space")
+    space = spaces.parse({"stages": state.space["stages"]}, "space")
     for p, q in zip(short, long):
-        assert p.trials == q.trials == spaces.trial_count(space.stages[p.stage], state["options"].num_samples)
+        assert p.trials == q.trials == spaces.trial_count(space.stages[p.stage], state.options.num_samples)
         assert (p.steps, q.steps) == (40, 80)
         assert q.train_flops == pytest.approx(2 * p.train_flops)  # training cost is linear in the steps
         assert q.eval_flops > p.eval_flops  # twice the validation passes, the same single test pass

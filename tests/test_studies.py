@@ -12,7 +12,8 @@ from sptune.data import train_fraction
 from sptune.models.s4 import S4Layer
 from sptune import experiments_cli as cli
 from sptune.experiments import kernel_analysis, paper, report, settings, sizing
-from sptune.experiments.plan import Cell, Plan, plain_point, repo_space, save_plan
+from sptune.errors import UserError
+from sptune.experiments.plan import Cell, Plan, load_plan, plain_point, repo_space, save_plan
 from sptune.tune import results
 from sptune.tasks.base import Split
 
@@ -135,12 +136,28 @@ def test_recipe_space_puts_the_papers_best_first_and_in_the_grid():
                               "scratch") == ["optim.lr=0.001", "optim.batch_size=8"]
 
 
-def test_a_rerun_must_ask_for_the_same_grid(tmp_path):
+def test_a_rerun_may_add_cells_but_not_drop_or_change_one(tmp_path):
     plan = synthetic_plan([0])
     save_plan(tmp_path, plan)
     save_plan(tmp_path, plan)  # same grid: a resume
-    with pytest.raises(Exception, match="different grid"):
-        save_plan(tmp_path, synthetic_plan([0, 1]))
+    save_plan(tmp_path, synthetic_plan([0, 1]))  # more seeds: an extension, recorded
+    assert [c.key for c in load_plan(tmp_path).cells] == ["f0.1-s0", "f0.1-s1", "f1-s0", "f1-s1"]
+    with pytest.raises(UserError, match="drop or change .*f0.1-s1"):
+        save_plan(tmp_path, synthetic_plan([0]))
+    changed = synthetic_plan([0, 1])
+    changed.cells[0] = replace(changed.cells[0], overrides=changed.cells[0].overrides + ("optim.lr=1",))
+    with pytest.raises(UserError, match="drop or change .*f0.1-s0"):
+        save_plan(tmp_path, changed)
+
+
+def test_added_cells_get_a_new_tune_run_and_a_resume_restores_the_last(tmp_path):
+    from sptune.tune.experiment import tune_run_name
+
+    assert tune_run_name(tmp_path, ["a", "b"]) == "experiment"
+    assert tune_run_name(tmp_path, ["b"]) == "experiment"  # a resumes: a finished, b not yet
+    assert tune_run_name(tmp_path, ["c", "d"]) == "experiment-2"  # cells added
+    assert tune_run_name(tmp_path, ["d"]) == "experiment-2"
+    assert files.read_json(tmp_path / "runs.json") == {"experiment": ["a", "b"], "experiment-2": ["c", "d"]}
 
 
 # ----------------------------------------------------------------------------- reports

@@ -16,7 +16,7 @@ from ray_fixtures import CONFIG, REPO, TINY, ray_instance, sptune_env  # noqa: F
 from sptune.config import STAGES
 import sptune
 from sptune import files, output
-from sptune.tune import loggers, pipeline, results, search, spaces, trainable
+from sptune.tune import loggers, pipeline, results, search, spaces, study_state, trainable
 from sptune.cli import main
 
 ONE = {"params": {"optim.lr": [1e-3], "optim.batch_size": [8]}}
@@ -106,6 +106,21 @@ def test_captured_output_goes_to_the_log_and_our_lines_to_both(tmp_path, capsys)
     assert capsys.readouterr().out == "echoed\n" and "echoed" in log.read_text()  # appended, not replaced
 
 
+def test_cell_lines_give_wall_time_and_eta_only_when_cells_run_one_after_another(tmp_path, capsys):
+    from sptune.experiments.plan import Cell
+    from sptune.experiments.run import CellProgress
+
+    cells = [Cell(key=key, labels={}, space={}, overrides=()) for key in ("a", "b")]
+    with output.captured(tmp_path / files.STUDY_LOG) as console:
+        live, shared = CellProgress(console, 2, 0), CellProgress(console, 2, 0, live=False)
+        live(cells[0], "done", 12.4)
+        shared(cells[0], "done", 30.0)
+        shared(cells[1], "failed", 0.0)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("[1/2] a: done in 12 s  (ETA ")
+    assert lines[1:] == ["[1/2] a: done, 30 device-s", "[2/2] b: failed, 0 device-s"]
+
+
 def test_captured_output_catches_file_descriptor_writes(tmp_path):
     """In a real process (not under pytest's capture) fds 1 and 2 go to the log: C++ and child output too."""
     code = ("import os, subprocess, sys\nfrom sptune import output\n"
@@ -156,19 +171,19 @@ def test_python_api_study_with_mlflow(tmp_path, ray_instance, capsys, monkeypatc
     experiment = client.get_experiment_by_name(study_dir.name)
     runs = client.search_runs([experiment.experiment_id])
     assert len(runs) == 4 and all(run.info.status == "FINISHED" for run in runs)
-    selected = pipeline.load_state(study_dir)["selected"]
+    selected = study_state.load(study_dir).selected
     for run in runs:
         assert len(client.get_metric_history(run.info.run_id, "val_metric")) == 2
         assert {"optim.lr", "study/stage"} <= set(run.data.params) and "best_val" in run.data.metrics
     (finetune,) = [r for r in runs if r.data.params["study/stage"] == "finetune"]
-    assert finetune.data.params["study/init_trial"] == selected["trial"]
+    assert finetune.data.params["study/init_trial"] == selected.trial
 
     # The Python API's tables: every trial, selection flags, and a run's history.
     frame = sptune.load_results(study_dir)
     assert len(frame) == 4 and frame.groupby("stage").best_in_stage.sum().to_dict() == \
         {"pretrain": 1, "finetune": 1, "scratch": 1}
     chosen = frame[frame.selected_pretraining]
-    assert list(chosen.trial_id) == [selected["trial"]] and chosen.best_in_stage.all()
+    assert list(chosen.trial_id) == [selected.trial] and chosen.best_in_stage.all()
     history = sptune.load_history(frame.run_dir[0])
     assert list(history.step) == [4, 8] and {"val_metric", "train_loss"} <= set(history.columns)
 
@@ -217,7 +232,7 @@ def test_wandb_offline_runs(tmp_path, ray_instance, monkeypatch):
     monkeypatch.setenv("WANDB_SILENT", "true")
     state = pipeline.create(str(CONFIG), TINY, tmp_path / "study", str(space_file(tmp_path)),
                             pipeline.Options(logger="wandb"))
-    study_dir = Path(state["dir"])
+    study_dir = Path(state.dir)
     pipeline.run_stage_search(study_dir, state, "scratch", trainable.stage_trainable, verbose=0)
     (run_file,) = (study_dir / "wandb").glob("offline-run-*/run-*.wandb")
     records = list(wandb_records(run_file))
@@ -248,7 +263,7 @@ def test_errored_trial_resumed_is_one_complete_optuna_trial(tmp_path, ray_instan
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this file
     state = pipeline.create(str(CONFIG), TINY, tmp_path / "study", str(space_file(tmp_path, scratch=TWO)),
                             pipeline.Options(max_failures=0))
-    study_dir = Path(state["dir"])
+    study_dir = Path(state.dir)
     pipeline.run_stage_search(study_dir, state, "scratch", fail_once_trainable, verbose=0)
     assert states(optuna_trials(study_dir, "scratch")) == ["COMPLETE", "FAIL"]
     pipeline.run_stage_search(study_dir, state, "scratch", fail_once_trainable, verbose=0)  # Tuner.restore, resume_errored

@@ -37,4 +37,4 @@ def test_a_study_stopped_by_its_time_budget_resumes_to_the_end(tmp_path, ray_ins
     history = files.read_json(f"{pretraining['run_dir']}/{files.RESULT}")["history"]
     assert [h["step"] for h in history] == list(range(100, 3001, 100))  # continued, every eval once
     assert len(files.read_json(f"{pretraining['run_dir']}/{files.TRIAL}")["attempts"]) == 2
-    assert state["dir"] == str(study_dir.resolve()) and results.best_row(rows, "finetune")[0] is not None
+    assert state.dir == str(study_dir.resolve()) and results.best_row(rows, "finetune")[0] is not None

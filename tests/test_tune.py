@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ray_fixtures import CONFIG, REPO, TINY, ray_instance, sptune_env  # noqa: F401 (fixture)
+from ray_fixtures import CONFIG, REPO, TINY, bare_study, ray_instance, sptune_env  # noqa: F401 (fixture)
 
 from sptune import atomic, files
-from sptune.tune import pipeline, resources, results, search, session, spaces, trainable
+from sptune.tune import pipeline, resources, results, search, session, spaces, study_state, trainable
 from sptune.cli import main
 from sptune.errors import UserError
 from sptune.registry import MODELS, TASKS
@@ -130,8 +130,8 @@ def test_asha_counts_the_budget_fraction():
 # ----------------------------------------------------------------------------- studies (shared Ray)
 def test_study_direct_path_end_to_end(tmp_path, ray_instance):
     state = new_study(tmp_path, stages={"pretrain": {"params": {"optim.lr": [1e-3, 3e-3], "optim.batch_size": [8]}}})
-    assert state["options"].path == "direct"
-    rows = pipeline.run(state["dir"], verbose=0)
+    assert state.options.path == "direct"
+    rows = pipeline.run(state.dir, verbose=0)
     assert [r["stage"] for r in rows] == ["pretrain", "pretrain", "finetune", "scratch"]
     assert all(r["status"] == "completed" and r["path"] == "direct" and r["attempts"] == 1 for r in rows)
     assert len({r["optim.lr"] for r in rows if r["stage"] == "pretrain"}) == 2  # no point twice
@@ -144,7 +144,7 @@ def test_study_direct_path_end_to_end(tmp_path, ray_instance):
     assert files.read_json(Path(finetune["run_dir"]) / "result.json")["init_from"] == best["run_dir"]
 
     # The results table: CSV with every trial, and the summary with the selection rule.
-    study_dir = Path(state["dir"])
+    study_dir = Path(state.dir)
     csv_rows = (study_dir / "results.csv").read_text().splitlines()
     assert len(csv_rows) == 5 and "optim.lr" in csv_rows[0] and "device_seconds" in csv_rows[0]
     text = results.summary(study_dir)
@@ -191,17 +191,17 @@ def test_scratch_runs_beside_the_pretrain_finetune_chain(tmp_path, ray_instance,
     # One trial at a time per stage: two stages fit the test's 2 CPUs (resources.room_for_two_stages).
     state = new_study(tmp_path, options=pipeline.Options(max_failures=0, max_concurrent=1,
                                                          sequential_stages=sequential))
-    assert state["options"].sequential_stages is sequential
+    assert state.options.sequential_stages is sequential
     fn = trainable.stage_trainable
     if not sequential:  # with sequential stages this pretraining would wait in vain
         import ray
 
         ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this file
         fn = pretrain_waiting_for_scratch
-    rows = pipeline.run(state["dir"], verbose=0, trainable=fn)
+    rows = pipeline.run(state.dir, verbose=0, trainable=fn)
     assert [r["stage"] for r in rows] == ["pretrain", "finetune", "scratch"]  # each stage ran its own trials
     assert all(r["status"] == "completed" for r in rows)
-    assert files.read_json(Path(state["dir"]) / "study.json")["stage_status"] == dict.fromkeys(pipeline.STAGES, "done")
+    assert files.read_json(Path(state.dir) / "study.json")["stage_status"] == dict.fromkeys(pipeline.STAGES, "done")
     pretrain, finetune, scratch = rows
     assert finetune["init_trial"] == pretrain["trial_id"] and started(finetune) > ended(pretrain)
     if sequential:
@@ -228,12 +228,12 @@ def test_a_study_from_before_concurrent_stages_resumes_sequentially():
 def test_diverged_trial_is_failed_and_the_search_continues(tmp_path, ray_instance):
     stages = {"scratch": {"params": {"optim.lr": [1e-3, 1e30], "optim.batch_size": [8]}}}
     state = new_study(tmp_path, stages, overrides=["optim.grad_clip=0"])
-    pipeline.run_stage_search(Path(state["dir"]), state, "scratch", trainable.stage_trainable, verbose=0)
-    rows = {r["optim.lr"]: r for r in results.collect(state["dir"])}
+    pipeline.run_stage_search(Path(state.dir), state, "scratch", trainable.stage_trainable, verbose=0)
+    rows = {r["optim.lr"]: r for r in results.collect(state.dir)}
     assert rows[1e-3]["status"] == "completed"
     assert rows[1e30]["status"] == "failed" and "non-finite loss" in rows[1e30]["reason"]
     assert rows[1e30]["attempts"] == 1  # a diverged trial is a result, not a crash to retry
-    assert "failed: scratch" in results.summary(state["dir"])
+    assert "failed: scratch" in results.summary(state.dir)
 
 
 def kill_when(run_dir_glob, min_step, pid_of, found):
@@ -275,7 +275,7 @@ def test_crashed_trial_is_retried_from_its_last_checkpoint(tmp_path, ray_instanc
     import ray
 
     state = new_study(tmp_path, overrides=["optim.max_steps=160", "optim.eval_every=10"])
-    study_dir = Path(state["dir"])
+    study_dir = Path(state.dir)
     found: list[int] = []
     fn = trainable.stage_trainable
     if crash == "exception":
@@ -300,8 +300,8 @@ def test_crashed_trial_is_retried_from_its_last_checkpoint(tmp_path, ray_instanc
 def test_torch_trainer_path_with_two_ddp_workers(tmp_path, ray_instance):
     options = pipeline.Options(workers=2, max_concurrent=1)
     state = new_study(tmp_path, options=options)
-    assert state["options"].path == "train"  # chosen automatically for more than one worker
-    study_dir = Path(state["dir"])
+    assert state.options.path == "train"  # chosen automatically for more than one worker
+    study_dir = Path(state.dir)
     pipeline.run_stage_search(study_dir, state, "scratch", trainable.stage_trainable, verbose=0)
     (row,) = results.collect(study_dir)
     assert row["status"] == "completed" and row["path"] == "train" and row["steps"] == 8 and row["devices"] == 2
@@ -315,7 +315,7 @@ def test_torch_trainer_path_with_two_ddp_workers(tmp_path, ray_instance):
 def test_torch_trainer_restarts_a_killed_worker_from_its_checkpoint(tmp_path, ray_instance):
     state = new_study(tmp_path, overrides=["optim.max_steps=160", "optim.eval_every=10"],
                       options=pipeline.Options(train_path="train", max_concurrent=1))
-    study_dir, found = Path(state["dir"]), []
+    study_dir, found = Path(state.dir), []
     pid = lambda run_dir: files.read_json(run_dir / files.WORKER)["pid"]  # noqa: E731
     threading.Thread(target=kill_when, args=(lambda: trial_dirs(study_dir, "scratch") if
                                              (study_dir / "scratch").is_dir() else [], 20, pid, found),
@@ -334,10 +334,10 @@ def test_asha_stops_only_on_our_steps_and_lets_finishers_finish(tmp_path, ray_in
     stages = {"scratch": {"params": {"optim.lr": [3e-3, 1e-3, 3e-4, 1e-5], "optim.batch_size": [8]}}}
     state = new_study(tmp_path, stages, overrides=["optim.max_steps=48", "optim.eval_every=8"], num_samples=4,
                       asha={"grace_period": 0.16, "reduction_factor": 2})  # rungs 0.16, 0.32, 0.64: evals 8, 16, 32 of 48
-    pipeline.run_stage_search(Path(state["dir"]), state, "scratch", trainable.stage_trainable, verbose=0)
-    state["stage_status"]["scratch"] = "done"
-    pipeline.save_state(Path(state["dir"]), state)
-    rows = results.collect(state["dir"])
+    pipeline.run_stage_search(Path(state.dir), state, "scratch", trainable.stage_trainable, verbose=0)
+    state.stage_status["scratch"] = "done"
+    study_state.save(state.dir, state)
+    rows = results.collect(state.dir)
     assert len(rows) == 4
     for row in rows:  # a trial that reached its last step has its result; only earlier ones were stopped
         assert (row["status"], row["steps"] == 48) in {("completed", True), ("stopped", False)}
@@ -372,7 +372,7 @@ def fake_trial(study_dir, stage, trial_id, lr, result=None, progress=None, init=
 
 def test_results_come_from_the_run_directories(tmp_path):
     study = tmp_path / "study"
-    atomic.write_json(study / "study.json", {"stage_status": {"pretrain": "done"}, "stages": {}})
+    bare_study(study, stage_status={"pretrain": "done"})
     fake_trial(study, "pretrain", "a", 1e-3, {"best_val": 0.5})
     fake_trial(study, "pretrain", "b", 5e-4, {"best_val": 0.7})
     fake_trial(study, "pretrain", "c", 1e-4, {"status": "failed", "reason": "non-finite loss", "best_val": None})
@@ -385,26 +385,42 @@ def test_results_come_from_the_run_directories(tmp_path):
     assert rows["a"]["device_seconds"] == 8.0  # training + evaluation
     results.write_csv(list(rows.values()), study / "results.csv")
     assert len((study / "results.csv").read_text().splitlines()) == 6
+    for row in rows.values():  # every key is a declared column of TrialRow, or a searched param
+        assert all(key in results.COLUMNS or key.startswith("optim.") for key in row), row.keys()
     text = results.summary(study)
     assert "failed: pretrain c: non-finite loss" in text and results.RULE in text
+
+
+def test_study_state_round_trips_through_study_json(tmp_path):
+    state = pipeline.create(str(CONFIG), TINY, tmp_path / "study")
+    loaded = study_state.load(tmp_path / "study")
+    assert loaded == state and isinstance(loaded.options, pipeline.Resolved) and loaded.selected is None
+    study_state.set_selected(tmp_path / "study", state, study_state.Selection(
+        trial="t1", run_dir="r", step=8, checkpoint="r/best.pt", best_val=0.5))
+    study_state.set_stage_status(tmp_path / "study", state, "pretrain", "done")
+    loaded = study_state.load(tmp_path / "study")
+    assert loaded == state and loaded.stage_done("pretrain") and not loaded.stage_done("scratch")
+    assert loaded.selected.lineage() == {"init_trial": "t1", "init_step": 8, "init_checkpoint": "r/best.pt"}
+    assert study_state.read(tmp_path / "nothing") is None
+    with pytest.raises(UserError, match="not a study directory"):
+        study_state.load(tmp_path / "nothing")
 
 
 def test_tied_pretraining_trials_are_selected_by_val_loss(tmp_path):
     """ListOps masked accuracy ties across trials (the frequency of `]`): the lower validation loss wins,
     and study.json and the summary say so."""
     study = tmp_path / "study"
-    atomic.write_json(study / "study.json", {"stage_status": {"pretrain": "done"}, "stages": {}, "selected": None})
+    bare_study(study, stage_status={"pretrain": "done"})
     tied = {"metric": "masked_accuracy", "best_val": 148 / 1000, "val_targets": 1000}
     fake_trial(study, "pretrain", "a", 1e-3, dict(tied, best_val_loss=2.58))
     fake_trial(study, "pretrain", "b", 5e-4, dict(tied, best_val=148 / 1000 * (1 + 1e-15), best_val_loss=2.57))
     fake_trial(study, "pretrain", "c", 1e-4, dict(tied, best_val=147 / 1000, best_val_loss=2.50))
-    state = files.read_json(study / "study.json")
-    selected = pipeline.select_pretraining(study, state)
-    assert selected["trial"] == "b" and selected["best_val_loss"] == 2.57
-    assert selected["selected_by"] == "val metric, tie broken by val loss"
-    assert files.read_json(study / "study.json")["selected"] == selected
+    selected = pipeline.select_pretraining(study, study_state.load(study))
+    assert selected.trial == "b" and selected.best_val_loss == 2.57
+    assert selected.selected_by == "val metric, tie broken by val loss"
+    assert study_state.load(study).selected == selected  # kept in study.json: a resume reuses it
     rows = {r["trial_id"]: r for r in results.collect(study)}
-    assert rows["b"]["selected"] and rows["b"]["selected_by"] == selected["selected_by"]
+    assert rows["b"]["selected"] and rows["b"]["selected_by"] == selected.selected_by
     text = results.summary(study)
     assert "2.5700" in text and "selected by val metric, tie broken by val loss" in text
     # One more correct token is a better metric, whatever the loss.

@@ -65,13 +65,16 @@ def load_plan(experiment_dir: str | Path) -> Plan:
 
 
 def save_plan(experiment_dir: Path, plan: Plan) -> None:
-    """Write plan.json; a rerun into the same directory must ask for the same cells (that is a resume)."""
+    """Write plan.json. A rerun into the same directory must ask for every cell it holds, unchanged: the same
+    cells resume it; more cells (e.g. more --seeds) extend it, and the report then covers them all."""
     path = experiment_dir / files.PLAN
     if path.is_file():
-        old = load_plan(experiment_dir)
-        if [(c.key, c.overrides, c.stages) for c in old.cells] != [(c.key, c.overrides, c.stages) for c in plan.cells]:
-            raise UserError(f"{experiment_dir} holds a different grid of this experiment (flags changed?); "
-                            f"rerun with the original flags to resume, or pass another --dir")
+        new = {c.key: (c.overrides, c.stages) for c in plan.cells}
+        changed = [c.key for c in load_plan(experiment_dir).cells if new.get(c.key) != (c.overrides, c.stages)]
+        if changed:
+            raise UserError(f"{experiment_dir} holds cells this command would drop or change ({changed[0]}"
+                            f"{' and more' if len(changed) > 1 else ''}; flags changed?); rerun with the original "
+                            f"flags (more seeds may be added), or pass another --dir")
     atomic.write_json(path, plan.to_dict())
 
 

@@ -94,7 +94,7 @@ def plain_config(cell: Cell, space: dict[str, Any] | None, stage: str):
 
 def create_cell_study(cell: Cell, cell_dir: Path, options: Options) -> None:
     """The cell's study.json (pipeline.create), once: its stages then run in the experiment's Tune run."""
-    from sptune.tune import pipeline
+    from sptune.tune import pipeline, study_state
 
     if (cell_dir / files.STUDY).is_file():
         return
@@ -102,8 +102,8 @@ def create_cell_study(cell: Cell, cell_dir: Path, options: Options) -> None:
     state = pipeline.create(None, list(cell.overrides), cell_dir, options=options, space=study_space(cell, cell_dir))
     for stage in STAGES:
         if stage not in cell.stages:
-            state["stage_status"][stage] = "skipped: not part of this experiment cell"
-    pipeline.save_state(cell_dir, state)
+            state.stage_status[stage] = "skipped: not part of this experiment cell"
+    study_state.save(cell_dir, state)
 
 
 def run_cells_tune(experiment_dir: Path, cells: list[Cell], options: Options, address: str | None,
@@ -114,33 +114,30 @@ def run_cells_tune(experiment_dir: Path, cells: list[Cell], options: Options, ad
     the Tune run returns, still inside the Ray session (a caller may inspect what the cell left in Ray)."""
     from sptune.tune import experiment
 
-    cell_dirs, created = {}, {}
+    cell_dirs = {}
     for cell in cells:
         cell_dir = experiment_dir / files.CELLS / cell.key
-        start = time.perf_counter()
         try:
             create_cell_study(cell, cell_dir, options)
             cell_dirs[cell.key] = cell_dir
         except Exception as exc:  # noqa: BLE001 - one broken cell must not stop the others
             record_error(cell, cell_dir, exc)
-        created[cell.key] = time.perf_counter() - start
-    start = time.perf_counter()
     with ray_session(experiment_dir, address) if cell_dirs else nullcontext():
         if cell_dirs:
             experiment.run(experiment_dir, cell_dirs, **({"stage_fn": trainable} if trainable else {}),
                            time_budget_s=getattr(options, "time_budget_s", None))
-        return [cell.key for cell in cells if not _report_cell(
-            cell, cell_dirs.get(cell.key), on_cell, created[cell.key] + (time.perf_counter() - start) * (
-                cell.key in cell_dirs))]
+        return [cell.key for cell in cells if not _report_cell(cell, cell_dirs.get(cell.key), on_cell)]
 
 
-def _report_cell(cell: Cell, cell_dir: Path | None, on_cell: Callable[[Cell, str, float], None] | None,
-                 seconds: float) -> bool:
+def _report_cell(cell: Cell, cell_dir: Path | None, on_cell: Callable[[Cell, str, float], None] | None) -> bool:
+    """The cells share one Tune run and all end with it, so a cell's own cost is its trials' device-seconds
+    (its wall time would be the whole run's)."""
     done = cell_dir is not None and tune_done(cell_dir)
     if done:
         (cell_dir / files.CELL_ERROR).unlink(missing_ok=True)
     if on_cell is not None:
-        on_cell(cell, "done" if done else "failed", seconds)
+        rows = results.collect(cell_dir) if cell_dir is not None else []
+        on_cell(cell, "done" if done else "failed", sum(r.get("device_seconds") or 0.0 for r in rows))
     return done
 
 
@@ -234,8 +231,8 @@ def run_experiment(experiment_dir: str | Path, plan: Plan, options: Options | No
                    trainable: Callable[..., None] | None = None) -> list[str]:
     """Run every unfinished cell (finished ones are skipped: rerunning is resuming). Returns the keys of
     cells that failed or did not finish; a failure's error is in cells/<key>/error.txt, and they are
-    retried next time. `on_cell(cell, "done" | "failed", seconds)` is called for each cell that ran (tune:
-    once the experiment's Tune run returns, with its wall time). `trainable` replaces the tune backend's
+    retried next time. `on_cell(cell, "done" | "failed", seconds)` is called for each cell that ran (plain: its
+    wall time; tune: once the experiment's Tune run returns, with the cell's device-seconds). `trainable` replaces the tune backend's
     trial function (tests, benchmarks: see sptune.tune.experiment.cell_trainable)."""
     if plan.backend not in BACKENDS:
         raise UserError(f"--backend {plan.backend!r}; choose one of: {', '.join(BACKENDS)}")
@@ -252,19 +249,24 @@ def run_experiment(experiment_dir: str | Path, plan: Plan, options: Options | No
 
 
 class CellProgress:
-    """Cells done / total on the experiment's console, with an ETA from the cells finished in this run:
-    a bar on a terminal, and one line per finished cell."""
+    """Cells done / total on the experiment's console: a bar on a terminal, and one line per finished cell.
+    `live` (the plain backend, cells one after another): each line gives the cell's wall time and an ETA.
+    Otherwise (the tune backend) every cell ends with the one Tune run, so a line gives the cell's
+    device-seconds and no ETA."""
 
-    def __init__(self, console: output.Console, total: int, finished: int):
-        self.console, self.total, self.done, self.ran = console, total, finished, 0
+    def __init__(self, console: output.Console, total: int, finished: int, live: bool = True):
+        self.console, self.total, self.done, self.ran, self.live = console, total, finished, 0, live
         self.start = time.monotonic()
         self.bar = console.bar(total, f"cells {finished}/{total}", initial=finished)
 
     def __call__(self, cell: Cell, status: str, seconds: float) -> None:
         self.done, self.ran = self.done + 1, self.ran + 1
-        eta = output.eta(time.monotonic() - self.start, self.ran, self.total - self.done)
-        self.console.line(f"[{self.done}/{self.total}] {cell.key}: {status} in {seconds:.0f} s"
-                          + (f"  (ETA {eta})" if self.done < self.total else ""))
+        head = f"[{self.done}/{self.total}] {cell.key}: {status}"
+        if not self.live:
+            self.console.line(f"{head}, {seconds:.0f} device-s")
+        else:
+            eta = output.eta(time.monotonic() - self.start, self.ran, self.total - self.done)
+            self.console.line(f"{head} in {seconds:.0f} s" + (f"  (ETA {eta})" if self.done < self.total else ""))
         if self.bar is not None:
             self.bar.set_description_str(f"cells {self.done}/{self.total}", refresh=False)
             self.bar.update(1)

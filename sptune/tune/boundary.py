@@ -6,7 +6,7 @@ Only numeric grids of two or more values are checked (learning rate, batch size,
 grid is a fixed setting and a categorical string grid has no edge.
 
     selected = {"finetune": finetune_row, "scratch": scratch_row}   # each stage's selected trial (a results row)
-    for line in boundary.warnings(selected, state["space"]):
+    for line in boundary.warnings(selected, state.space):
         print(line)
 """
 
@@ -15,9 +15,10 @@ from __future__ import annotations
 from typing import Any
 
 from sptune.config import STAGES
+from sptune.tune.trial_rows import TrialRow
 
 
-def warnings(selected: dict[str, dict[str, Any] | None], space: dict[str, Any]) -> list[str]:
+def warnings(selected: dict[str, TrialRow | None], space: dict[str, Any]) -> list[str]:
     """One line per stage whose selected trial has a value at an edge of a numeric grid.
 
     `selected` maps a stage to its selected row (absent or None: no trial completed); `space` is the

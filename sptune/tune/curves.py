@@ -13,17 +13,17 @@ by `sptune report <study dir>`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from sptune.atomic import replacing
 from sptune.tune import results
 from sptune.tune.search_plots import PLOTS_DIR
+from sptune.tune.trial_rows import TrialRow
 
 CURVES_PNG = "learning-curves.png"
 ARMS = (("scratch", "scratch", "tab:gray"), ("finetune", "SPT (pretrain → finetune)", "tab:blue"))
 
 
-def curve_points(rows: list[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
+def curve_points(rows: list[TrialRow]) -> dict[str, dict[str, list[float]]]:
     """Per stage (finetune, scratch) of the selected trial: steps, validation metrics and cumulative
     training FLOPs; finetuning's FLOPs start at its pretraining run's training FLOPs."""
     out = {}
@@ -40,7 +40,7 @@ def curve_points(rows: list[dict[str, Any]]) -> dict[str, dict[str, list[float]]
     return out
 
 
-def pretraining_flops(rows: list[dict[str, Any]], finetune_row: dict[str, Any]) -> float:
+def pretraining_flops(rows: list[TrialRow], finetune_row: TrialRow) -> float:
     """Training FLOPs of the pretraining trial a finetuning trial started from (its whole run: the best
     checkpoint is only known once the run has finished)."""
     source = finetune_row.get("init_trial")
@@ -49,7 +49,7 @@ def pretraining_flops(rows: list[dict[str, Any]], finetune_row: dict[str, Any]) 
     return float((pre or {}).get("train_flops") or 0.0)
 
 
-def write(study_dir: str | Path, rows: list[dict[str, Any]]) -> Path | None:
+def write(study_dir: str | Path, rows: list[TrialRow]) -> Path | None:
     """plots/learning-curves.png of the study (None when neither arm has a finished selected trial)."""
     points = curve_points(rows)
     if not points:
@@ -58,7 +58,7 @@ def write(study_dir: str | Path, rows: list[dict[str, Any]]) -> Path | None:
                        metric_of(rows))
 
 
-def metric_of(rows: list[dict[str, Any]]) -> str:
+def metric_of(rows: list[TrialRow]) -> str:
     """The metric of the curves: the selected finetuning or scratch trials' (not pretraining's)."""
     return next((r.get("metric") for r in rows if r.get("selected") and r.get("metric")
                  and r.get("stage") in ("finetune", "scratch")), "metric")

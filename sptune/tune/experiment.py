@@ -19,6 +19,8 @@ tasks, metrics and budgets). Every trial runs to its last step.
 
 Resume: the experiment's Tune run (experiment dir/tune/experiment) is restored with Tuner.restore; the
 searcher is saved with Tune's snapshots (save/restore) and each sub-searcher reopens its journal.
+Adding cells (more seeds) to a finished experiment starts a second Tune run, tune/experiment-2, for the
+cells the first did not serve (tune/runs.json records which run serves which cells).
 """
 
 from __future__ import annotations
@@ -37,12 +39,14 @@ from ray.tune.search import Searcher
 
 from sptune import atomic, files, output
 from sptune.config import STAGES
-from sptune.tune import outcomes, pipeline, search, spaces, stopping_stages
+from sptune.tune import outcomes, pipeline, search, spaces, stopping_stages, study_state
+from sptune.tune.study_state import StudyState
 from sptune.tune.trainable import LINEAGE_KEY, stage_trainable, trial_resources
 
 log = logging.getLogger("sptune.tune")
 
 TUNE_NAME = "experiment"
+RUNS_FILE = "runs.json"  # tune run name -> the cells it serves
 # Which stage's trials to propose first when several are runnable: finetuning ends a cell's critical
 # path, pretraining opens it, scratch depends on nothing and fills what is left.
 PRIORITY = ("finetune", "pretrain", "scratch")
@@ -66,7 +70,7 @@ class CellsSearcher(Searcher):
         self.remaining: dict[str, int] = {}  # trials a sub-searcher may still propose (the stage's count)
         self.live: dict[str, str] = {}  # Tune trial id -> "<cell>/<stage>"
         self.failed_cells: set[str] = set()
-        self.states: dict[str, dict[str, Any]] = {}  # study.json of each cell; this searcher writes them
+        self.states: dict[str, StudyState] = {}  # study.json of each cell; this searcher writes them
 
     def set_search_properties(self, metric: Any, mode: Any, config: dict, **spec: Any) -> bool:
         return True  # every sub-searcher has the metric and mode of search.make_searcher
@@ -102,12 +106,12 @@ class CellsSearcher(Searcher):
         group = f"{cell}/{stage}"
         try:
             state = self._state(cell)
-            if stage in state["stage_status"]:
+            if stage in state.stage_status:
                 return None
             if group in self.exhausted:
                 return "waiting"  # its last trials still run
             if group not in self.subs and not self._open(cell, stage, state):
-                return None if stage in state["stage_status"] else "waiting"
+                return None if stage in state.stage_status else "waiting"
             params = self.subs[group].suggest(trial_id)
         except Exception:  # noqa: BLE001 - one broken cell must not stop the others
             self._fail(cell)
@@ -121,20 +125,20 @@ class CellsSearcher(Searcher):
         if params == Searcher.FINISHED:
             self.exhausted.add(group)
             self._close_if_done(group)
-            return None if stage in state["stage_status"] else "waiting"
+            return None if stage in state.stage_status else "waiting"
         return "waiting"  # at its max_concurrent
 
-    def _open(self, cell: str, stage: str, state: dict[str, Any]) -> bool:
+    def _open(self, cell: str, stage: str, state: StudyState) -> bool:
         """Create the stage's searcher if it can start now (finetuning: once pretraining is over)."""
         study_dir = Path(self.cell_dirs[cell])
         if stage == "finetune":
-            if not stage_finished(state["stage_status"].get("pretrain")):
+            if not stage_finished(state.stage_status.get("pretrain")):
                 return False
             if not pipeline.select_pretraining(study_dir, state):
-                pipeline.set_stage_status(study_dir, state, stage, "skipped: no pretraining trial completed")
+                study_state.set_stage_status(study_dir, state, stage, "skipped: no pretraining trial completed")
                 return False
-        options = state["options"]
-        stage_space = spaces.parse({"stages": {stage: state["space"]["stages"][stage]}}).stages[stage]
+        options = state.options
+        stage_space = spaces.parse({"stages": {stage: state.space["stages"][stage]}}).stages[stage]
         self.remaining[f"{cell}/{stage}"] = spaces.trial_count(stage_space, options.num_samples)
         self.subs[f"{cell}/{stage}"] = search.limit(
             search.make_searcher(stage_space, options.sampler, options.seed,
@@ -146,22 +150,20 @@ class CellsSearcher(Searcher):
     def _close_if_done(self, group: str) -> None:
         cell, stage = group.rsplit("/", 1)
         state = self._state(cell)
-        if group in self.exhausted and group not in self.live.values() and stage not in state["stage_status"]:
-            pipeline.set_stage_status(Path(self.cell_dirs[cell]), state, stage, DONE)
+        if group in self.exhausted and group not in self.live.values() and stage not in state.stage_status:
+            study_state.set_stage_status(Path(self.cell_dirs[cell]), state, stage, DONE)
 
-    def _state(self, cell: str) -> dict[str, Any]:
+    def _state(self, cell: str) -> StudyState:
         """Read once: re-reading every cell's study.json per suggestion would grow with the cells."""
         if cell not in self.states:
-            self.states[cell] = pipeline.load_state(self.cell_dirs[cell])
+            self.states[cell] = study_state.load(self.cell_dirs[cell])
         return self.states[cell]
 
-    def _lineage(self, cell: str, stage: str, state: dict[str, Any]) -> dict[str, Any]:
+    def _lineage(self, cell: str, stage: str, state: StudyState) -> dict[str, Any]:
         lineage = {"name": Path(self.cell_dirs[cell]).name, "stage": stage, "cell": cell,
                    "study_dir": self.cell_dirs[cell]}
         if stage == "finetune":
-            selected = state["selected"]
-            lineage.update(init_trial=selected["trial"], init_step=selected["step"],
-                           init_checkpoint=selected["checkpoint"])
+            lineage.update(state.selected.lineage())
         return lineage
 
     def _fail(self, cell: str) -> None:
@@ -190,7 +192,7 @@ def cell_of(config: dict[str, Any]) -> tuple[Path, str]:
 def cell_trainable(config: dict[str, Any], stage_fn: Callable[..., None] = stage_trainable) -> None:
     """A trial of any cell: run as that cell's study runs its stage's trials (the spec read from study.json)."""
     study_dir, stage = cell_of(config)
-    stage_fn(config, spec=pipeline.trial_spec(study_dir, pipeline.load_state(study_dir), stage))
+    stage_fn(config, spec=pipeline.trial_spec(study_dir, study_state.load(study_dir), stage))
 
 
 def trial_placement(resources: dict[str, dict[str, float]], config: dict[str, Any]):
@@ -212,7 +214,7 @@ def make_outcomes_callback():
             study_dir, stage = cell_of(trial.config)
             key = (str(study_dir), stage)
             if key not in self.callbacks:
-                spec = pipeline.trial_spec(study_dir, pipeline.load_state(study_dir), stage)
+                spec = pipeline.trial_spec(study_dir, study_state.load(study_dir), stage)
                 self.callbacks[key] = outcomes.make_outcomes_callback(spec)
             return self.callbacks[key]
 
@@ -232,8 +234,8 @@ def run(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callable[...
     from ray import tune as ray_tune
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
-    states = {key: pipeline.load_state(path) for key, path in cell_dirs.items()}
-    if any(state["options"].asha for state in states.values()):
+    states = {key: study_state.load(path) for key, path in cell_dirs.items()}
+    if any(state.options.asha for state in states.values()):
         log.info("ASHA is off in an experiment's Tune run: one scheduler would compare trials of different "
                  "cells and stages; every trial runs its full budget (a single `sptune study` keeps ASHA)")
     resources = {key: trial_resources(pipeline.trial_spec(path, states[key], "scratch"))
@@ -241,16 +243,17 @@ def run(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callable[...
     fn = ray_tune.with_resources(ray_tune.with_parameters(cell_trainable, stage_fn=stage_fn),
                                  partial(trial_placement, resources))
     storage = experiment_dir / "tune"
-    stop_key = stopping_stages.key(experiment_dir, TUNE_NAME)  # --time-budget ends the run at a step boundary
-    if ray_tune.Tuner.can_restore(str(storage / TUNE_NAME)):
-        log.info("restoring the experiment's Tune run from %s", storage / TUNE_NAME)
-        tuner = ray_tune.Tuner.restore(str(storage / TUNE_NAME), fn, resume_unfinished=True, resume_errored=True)
+    name = tune_run_name(storage, sorted(cell_dirs))
+    stop_key = stopping_stages.key(experiment_dir, name)  # --time-budget ends the run at a step boundary
+    if ray_tune.Tuner.can_restore(str(storage / name)):
+        log.info("restoring the experiment's Tune run from %s", storage / name)
+        tuner = ray_tune.Tuner.restore(str(storage / name), fn, resume_unfinished=True, resume_errored=True)
     else:
         tuner = ray_tune.Tuner(fn, tune_config=ray_tune.TuneConfig(
             search_alg=CellsSearcher(cell_dirs), num_samples=total_trials(states), reuse_actors=True,
             trial_dirname_creator=_trial_name, trial_name_creator=_trial_name),
             run_config=ray_tune.RunConfig(
-                name=TUNE_NAME, storage_path=str(storage), verbose=verbose,
+                name=name, storage_path=str(storage), verbose=verbose,
                 failure_config=ray_tune.FailureConfig(max_failures=max_failures(states)),
                 checkpoint_config=ray_tune.CheckpointConfig(num_to_keep=1),
                 callbacks=[stopping_stages.StopAtStepBoundary(stop_key), JsonLoggerCallback(), CSVLoggerCallback(),
@@ -271,6 +274,20 @@ def run(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callable[...
         output.say(f"time budget of {time_budget_s:g} s reached: stopped cleanly; rerun the same command to continue")
 
 
+def tune_run_name(storage: Path, cells: list[str]) -> str:
+    """The Tune run that serves these (unfinished) cells: the newest run if it served all of them (a resume
+    after a kill or a stop: Tuner.restore), else a new run (cells added to the experiment). A finished cell
+    is never passed here, so a new run never competes with an old one for a cell."""
+    path = storage / RUNS_FILE
+    runs: dict[str, list[str]] = files.read_json(path) if path.is_file() else {}
+    if runs and set(cells) <= set(runs[list(runs)[-1]]):
+        return list(runs)[-1]
+    name = TUNE_NAME if not runs else f"{TUNE_NAME}-{len(runs) + 1}"
+    storage.mkdir(parents=True, exist_ok=True)
+    atomic.write_json(path, {**runs, name: cells})
+    return name
+
+
 @contextmanager
 def pending_trials(count: int) -> Iterator[None]:
     """TUNE_MAX_PENDING_TRIALS_PG for this run only (a later run in the process has other cells); a value
@@ -285,24 +302,24 @@ def pending_trials(count: int) -> Iterator[None]:
         os.environ.pop(PENDING_ENV, None)
 
 
-def total_trials(states: dict[str, dict[str, Any]]) -> int:
+def total_trials(states: dict[str, StudyState]) -> int:
     """Every trial any cell may run: Tune's upper bound (the searcher says FINISHED when all cells are done)."""
     total = 0
     for state in states.values():
-        parsed = spaces.parse({"stages": state["space"]["stages"]}).stages
-        total += sum(spaces.trial_count(parsed[p], state["options"].num_samples)
-                     for p in STAGES if p not in state["stage_status"])
+        parsed = spaces.parse({"stages": state.space["stages"]}).stages
+        total += sum(spaces.trial_count(parsed[p], state.options.num_samples)
+                     for p in STAGES if p not in state.stage_status)
     return max(total, 1)
 
 
-def concurrency_bound(states: dict[str, dict[str, Any]]) -> int:
+def concurrency_bound(states: dict[str, StudyState]) -> int:
     """The most trials the cells' stages may run at once (each stage at its max_concurrent)."""
-    return sum(state["options"].max_concurrent * sum(p not in state["stage_status"] for p in STAGES)
+    return sum(state.options.max_concurrent * sum(p not in state.stage_status for p in STAGES)
                for state in states.values()) or 1
 
 
-def max_failures(states: dict[str, dict[str, Any]]) -> int:
-    return max((state["options"].max_failures for state in states.values()), default=0)
+def max_failures(states: dict[str, StudyState]) -> int:
+    return max((state.options.max_failures for state in states.values()), default=0)
 
 
 def _trial_name(trial: Any) -> str:

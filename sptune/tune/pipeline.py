@@ -41,20 +41,21 @@ from __future__ import annotations
 import copy
 import logging
 import threading
-import time
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from sptune import atomic, files, output
+from sptune import files, output
 from sptune.config import STAGES
 from sptune.config import load as load_config
 from sptune.errors import UserError
 from sptune.registry import check_names
 from sptune.tune import loggers, outcomes, resources, results, search, spaces, stopped, stopping_stages
+from sptune.tune import study_state
 from sptune.tune.options import Options, Resolved
+from sptune.tune.study_state import Selection, StudyState
 from sptune.tune.session import ray_session
 from sptune.tune.trainable import LINEAGE_KEY, PATHS, TrialSpec, choose_path, stage_trainable, trial_resources
 
@@ -68,7 +69,7 @@ SMOKE_SAMPLES = 2
 
 # ----------------------------------------------------------------------------- creating / loading
 def create(config_path: str | None, overrides: list[str], study_dir: str | Path, space_path: str | None = None,
-           options: Options | None = None, space: spaces.SearchSpace | None = None) -> dict[str, Any]:
+           options: Options | None = None, space: spaces.SearchSpace | None = None) -> StudyState:
     """Resolve and validate everything up front, then write study.json (before any Ray work).
 
     The search space is `space` when given (a paper-experiment cell builds its own), else the file
@@ -78,15 +79,15 @@ def create(config_path: str | None, overrides: list[str], study_dir: str | Path,
         raise UserError(f"{study_dir} already holds a study; continue it with `sptune resume {study_dir}` "
                         f"or pass another --dir")
     state = resolve(config_path, overrides, space_path, options, space)
-    state["dir"] = str(study_dir)
+    state.dir = str(study_dir)
     study_dir.mkdir(parents=True, exist_ok=True)
-    save_state(study_dir, state)
-    return state
+    study_state.save(study_dir, state)
+    return study_state.load(study_dir)  # as a resume will see it (JSON has lists where configs had tuples)
 
 
 def resolve(config_path: str | None, overrides: list[str], space_path: str | None = None,
             options: Options | None = None, space: spaces.SearchSpace | None = None,
-            check_rungs: bool = True) -> dict[str, Any]:
+            check_rungs: bool = True) -> StudyState:
     """A study's state as create() writes it, from nothing but files (no directory, no Ray): each stage's
     resolved config, the search space and the resolved options. `check_rungs=False` skips fitting ASHA's
     rungs to the evals, the one check that may read the task's data (`sptune plan` without the data)."""
@@ -114,9 +115,8 @@ def resolve(config_path: str | None, overrides: list[str], space_path: str | Non
         if resolved.asha_min_trials == 0:
             raise  # asked for: say why it cannot run
         resolved = replace(resolved, asha=None)  # the default: off where its rungs do not fit the evals
-    return {"version": 1, "dir": None, "config": str(config_path), "overrides": overrides,
-            "stages": stages, "space": space.to_dict(), "options": resolved, "stage_status": {}, "selected": None,
-            "created": time.time()}
+    return StudyState(config=str(config_path), overrides=overrides, stages=stages, space=space.to_dict(),
+                      options=resolved)
 
 
 def step_budgets(stage: dict[str, Any], params: dict[str, Any]) -> dict[int, int]:
@@ -166,32 +166,7 @@ def resolve_options(options: Options, space: spaces.SearchSpace) -> Resolved:
         sequential_stages=options.sequential_stages, path=choose_path(workers, gpus, options.train_path))
 
 
-def load_state(study_dir: str | Path) -> dict[str, Any]:
-    path = Path(study_dir) / files.STUDY
-    if not path.is_file():
-        raise UserError(f"{study_dir} is not a study directory (no {files.STUDY}); "
-                        f"start one with `sptune study <config> --dir {study_dir}`")
-    state = files.read_json(path)
-    state["options"] = Resolved.from_dict(state["options"])
-    return state
-
-
-# Concurrent stages update one state dict from two threads: every change and write of it holds this lock.
-_state_lock = threading.RLock()
 _registry_lock = threading.Lock()  # Ray Tune's trainable registry (see run_stage_search)
-
-
-def save_state(study_dir: Path, state: dict[str, Any]) -> None:
-    with _state_lock:
-        options = state.get("options")  # typed in memory (load_state), a dict in study.json
-        atomic.write_json(Path(study_dir) / files.STUDY,
-                          {**state, "options": options.to_dict()} if isinstance(options, Resolved) else state)
-
-
-def set_stage_status(study_dir: Path, state: dict[str, Any], stage: str, status: str) -> None:
-    with _state_lock:
-        state["stage_status"][stage] = status
-        save_state(study_dir, state)
 
 
 def describe_path(options: Resolved) -> str:
@@ -220,13 +195,13 @@ def run(study_dir: str | Path, address: str | None = None, verbose: int = 1,
     is Tune's own verbosity (its tables go wherever stdout goes: see sptune.api and sptune.output).
     """
     study_dir = Path(study_dir).resolve()
-    state = load_state(study_dir)
-    log.info("%s", describe_path(state["options"]))
+    state = study_state.load(study_dir)
+    log.info("%s", describe_path(state.options))
     run_chain = partial(_run_chain, study_dir, state, trainable, verbose, retry_failed)
     stopping = threading.Event()
     with ray_session(study_dir, address), time_budget(time_budget_s, stopping) as budget:
-        resources.check_cluster(state["options"].gpus_per_worker)
-        together, why = (False, "") if state["options"].sequential_stages else resources.room_for_two_stages(state["options"])
+        resources.check_cluster(state.options.gpus_per_worker)
+        together, why = (False, "") if state.options.sequential_stages else resources.room_for_two_stages(state.options)
         try:
             if not together:
                 if why:
@@ -234,13 +209,13 @@ def run(study_dir: str | Path, address: str | None = None, verbose: int = 1,
                     output.say(why)
                 run_chain(STAGES, stopping)
             else:
-                loggers.create_experiment(state["options"].logger, study_dir)
+                loggers.create_experiment(state.options.logger, study_dir)
                 run_concurrently(run_chain, [("pretrain", "finetune"), ("scratch",)], stopping)
         except Exception:
             if not budget.is_set():
                 raise
         if budget.is_set():
-            done = [p for p in STAGES if state["stage_status"].get(p) == "done"]
+            done = [p for p in STAGES if state.stage_done(p)]
             output.say(f"time budget of {time_budget_s:g} s reached: stopped cleanly with "
                        f"{', '.join(done) or 'no stage'} finished; continue with `sptune resume {study_dir}`")
     rows = results.collect(study_dir)
@@ -270,23 +245,23 @@ def time_budget(seconds: float | None, stopping: threading.Event) -> Iterator[th
             timer.cancel()
 
 
-def _run_chain(study_dir: Path, state: dict[str, Any], trainable: Callable[..., None], verbose: int,
+def _run_chain(study_dir: Path, state: StudyState, trainable: Callable[..., None], verbose: int,
                retry_failed: bool, stages: Iterable[str], stopping: threading.Event) -> None:
     """Run the stages one after another; once `stopping` is set (the study was interrupted), a stage whose
     Tuner returns is not marked done: its trials may have been cut short, and a resume continues them."""
     for stage in stages:
-        if stage in state["stage_status"] and not (  # "done", or "skipped: <why>"
-                retry_failed and state["stage_status"][stage] == "done" and crashed_trials(study_dir, stage)):
+        if stage in state.stage_status and not (  # "done", or "skipped: <why>"
+                retry_failed and state.stage_done(stage) and crashed_trials(study_dir, stage)):
             continue
         if stage == "finetune" and not select_pretraining(study_dir, state):
-            set_stage_status(study_dir, state, "finetune", "skipped: no pretraining trial completed")
+            study_state.set_stage_status(study_dir, state, "finetune", "skipped: no pretraining trial completed")
             output.say("finetune: skipped, no pretraining trial completed")
             continue
         stopping_stages.register(stopping_stages.key(study_dir, stage), stopping)
         run_stage_search(study_dir, state, stage, trainable, verbose)
         if stopping.is_set():
             return
-        set_stage_status(study_dir, state, stage, "done")
+        study_state.set_stage_status(study_dir, state, stage, "done")
 
 
 def run_concurrently(run_chain: Callable[[Iterable[str], threading.Event], None],
@@ -331,32 +306,31 @@ def crashed_trials(study_dir: Path, stage: str) -> list[Path]:
     return sorted(p.parent for p in stage_dir.glob(f"*/{files.TRIAL_ERROR}")) if stage_dir.is_dir() else []
 
 
-def select_pretraining(study_dir: Path, state: dict[str, Any]) -> dict[str, Any] | None:
+def select_pretraining(study_dir: Path, state: StudyState) -> Selection | None:
     """The best pretraining trial by validation metric, a tie broken by validation loss (results.best_row);
     kept in study.json with what selected it, so a resume reuses it."""
-    if state.get("selected") is None:
+    if state.selected is None:
         # Only pretraining rows: scratch trials may be writing their results meanwhile.
         best, how = results.best_row(results.collect(study_dir), "pretrain")
         if best is None:
             return None
-        with _state_lock:
-            state["selected"] = {"trial": best["trial_id"], "run_dir": best["run_dir"], "step": best["best_step"],
-                                 "best_val": best["best_val"], "best_val_loss": best.get("best_val_loss"),
-                                 "selected_by": how, "checkpoint": str(Path(best["run_dir"]) / files.BEST)}
-            save_state(study_dir, state)
-    return state["selected"]
+        study_state.set_selected(study_dir, state, Selection(
+            trial=best["trial_id"], run_dir=best["run_dir"], step=best["best_step"], best_val=best["best_val"],
+            best_val_loss=best.get("best_val_loss"), selected_by=how,
+            checkpoint=str(Path(best["run_dir"]) / files.BEST)))
+    return state.selected
 
 
-def trial_spec(study_dir: Path, state: dict[str, Any], stage: str) -> TrialSpec:
-    options, stage_space = state["options"], state["space"]["stages"][stage]
-    return TrialSpec(stage=stage, base=copy.deepcopy(state["stages"][stage]), study_dir=str(study_dir),
+def trial_spec(study_dir: Path, state: StudyState, stage: str) -> TrialSpec:
+    options, stage_space = state.options, state.space["stages"][stage]
+    return TrialSpec(stage=stage, base=copy.deepcopy(state.stages[stage]), study_dir=str(study_dir),
                      path=options.path, workers=options.workers, cpus_per_worker=options.cpus_per_worker,
                      gpus_per_worker=options.gpus_per_worker, max_failures=options.max_failures,
-                     init=state["selected"] if stage == "finetune" else None,
+                     init=state.selected.to_dict() if stage == "finetune" and state.selected else None,
                      hparam_domains={k: v for k, v in stage_space["params"].items() if isinstance(v, list)})
 
 
-def run_stage_search(study_dir: Path, state: dict[str, Any], stage: str, trainable: Callable[..., None],
+def run_stage_search(study_dir: Path, state: StudyState, stage: str, trainable: Callable[..., None],
               verbose: int) -> None:
     from ray import tune as ray_tune
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
@@ -365,7 +339,7 @@ def run_stage_search(study_dir: Path, state: dict[str, Any], stage: str, trainab
 
     spec = trial_spec(study_dir, state, stage)
     fn = ray_tune.with_resources(ray_tune.with_parameters(trainable, spec=spec), trial_resources(spec))
-    if not state["options"].sequential_stages:
+    if not state.options.sequential_stages:
         # Tune registers a trainable under its name, one registry per Ray job: two stages running at once
         # under one name would start each other's trials, and the registry is a plain dict that two
         # threads must not write at once. So each stage registers its own name here, one at a time, and
@@ -379,10 +353,9 @@ def run_stage_search(study_dir: Path, state: dict[str, Any], stage: str, trainab
     # Not searched, the same in every trial's config: what trackers log as the trial's lineage.
     lineage = {"name": study_dir.name, "stage": stage}
     if stage == "finetune":
-        lineage.update(init_trial=spec.init["trial"], init_step=spec.init["step"],
-                       init_checkpoint=spec.init["checkpoint"])
+        lineage.update(state.selected.lineage())
     param_space = {LINEAGE_KEY: lineage}
-    logger = state["options"].logger
+    logger = state.options.logger
     loggers.prepare(logger)
     if ray_tune.Tuner.can_restore(str(experiment)):
         # The callbacks and the searcher come back from the experiment (the searcher reopens the journal).
@@ -390,8 +363,8 @@ def run_stage_search(study_dir: Path, state: dict[str, Any], stage: str, trainab
         tuner = ray_tune.Tuner.restore(str(experiment), fn, resume_unfinished=True, resume_errored=True,
                                    param_space=param_space)
     else:
-        options = state["options"]
-        stage_space = spaces.parse({"stages": {stage: state["space"]["stages"][stage]}}).stages[stage]
+        options = state.options
+        stage_space = spaces.parse({"stages": {stage: state.space["stages"][stage]}}).stages[stage]
         trials = spaces.trial_count(stage_space, options.num_samples)
         tuner = ray_tune.Tuner(fn, param_space=param_space, tune_config=ray_tune.TuneConfig(
             search_alg=search.limit(search.make_searcher(stage_space, options.sampler, options.seed,

@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from sptune import files, selection
-from sptune.tune import boundary
+from sptune.tune import boundary, study_state
+from sptune.tune.study_state import StudyState
+from sptune.tune.trial_rows import COLUMNS, RESULT_KEYS, TrialRow
 from sptune.config import STAGES
 from sptune.atomic import write_text as write_text_atomic
 
@@ -32,31 +34,18 @@ RULE = ("selection: per stage, the trial with the best validation metric (a tie,
         "targets or an equal R², broken by the lower validation loss); its test metric is measured at that trial's "
         "best-validation checkpoint (chosen by the same rule); finetuning starts from the selected pretraining "
         "trial's best checkpoint")
-# What a finished run's result.json contributes to its row (sptune.train.finish writes them).
-RESULT_KEYS = ("status", "reason", "metric", "best_val", "best_val_loss", "val_targets", "best_step", "final_val",
-               "test_metric", "steps", "train_seconds", "eval_seconds", "train_flops", "eval_flops", "n_params")
-COLUMNS = ["stage", "trial_id", "status", "reason", "metric", "best_val", "best_val_loss", "val_targets",
-           "best_step", "final_val", "test_metric", "steps", "train_seconds", "eval_seconds", "wall_seconds",
-           "devices", "device_seconds", "train_flops", "eval_flops", "n_params", "path", "attempts", "start_steps",
-           "node_id", "hostname", "pid", "init_trial", "init_step", "init_checkpoint", "selected", "selected_by",
-           "run_dir"]
 
 
-def study_state(study_dir: Path) -> dict[str, Any]:
-    path = Path(study_dir) / files.STUDY
-    return files.read_json(path) if path.is_file() else {}
-
-
-def collect(study_dir: str | Path) -> list[dict[str, Any]]:
+def collect(study_dir: str | Path) -> list[TrialRow]:
     """Every trial of the study, in stage order then run-directory order."""
     study_dir = Path(study_dir)
-    state = study_state(study_dir)
+    state = study_state.read(study_dir)
     rows = []
     for stage in STAGES:
         stage_dir = study_dir / stage
         if not stage_dir.is_dir():
             continue
-        stage_done = state.get("stage_status", {}).get(stage) == "done"
+        stage_done = state is not None and state.stage_done(stage)
         for run_dir in sorted(p for p in stage_dir.iterdir() if (p / "trial.json").is_file()):
             rows.append(trial_row(run_dir, stage_done))
     for stage in STAGES:
@@ -66,14 +55,14 @@ def collect(study_dir: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
-def trial_row(run_dir: Path, stage_done: bool) -> dict[str, Any]:
+def trial_row(run_dir: Path, stage_done: bool) -> TrialRow:
     trial = files.read_json(run_dir / "trial.json")
     result_path, progress_path = run_dir / files.RESULT, run_dir / files.PROGRESS
     result = files.read_json(result_path) if result_path.is_file() else None
     progress = files.read_json(progress_path) if progress_path.is_file() else {}
     last = trial["attempts"][-1]
     init = trial.get("init") or {}
-    row: dict[str, Any] = {
+    row: TrialRow = {
         "stage": trial["stage"], "trial_id": trial["trial_id"], "path": trial["path"], "devices": trial["devices"],
         "attempts": len(trial["attempts"]), "start_steps": ";".join(str(a["start_step"]) for a in trial["attempts"]),
         "node_id": last["node_id"], "hostname": last["hostname"], "pid": last["pid"],
@@ -98,18 +87,18 @@ def trial_row(run_dir: Path, stage_done: bool) -> dict[str, Any]:
     return row
 
 
-def run_result(row: dict[str, Any] | None) -> dict[str, Any] | None:
+def run_result(row: TrialRow | None) -> dict[str, Any] | None:
     """The result.json of a row's run directory (None: no row, or its run has not finished)."""
     path = Path(row["run_dir"]) / files.RESULT if row and row.get("run_dir") else None
     return files.read_json(path) if path is not None and path.is_file() else None
 
 
-def device_seconds(row: dict[str, Any]) -> float:
+def device_seconds(row: TrialRow) -> float:
     """Training + evaluation seconds x the devices the trial held (a fractional GPU counts whole)."""
     return (row["train_seconds"] + (row.get("eval_seconds") or 0.0)) * (row.get("devices") or 1)
 
 
-def param_keys(rows: list[dict[str, Any]]) -> list[str]:
+def param_keys(rows: list[TrialRow]) -> list[str]:
     """The searched config keys (flattened, e.g. optim.lr) present in any row."""
     keys: list[str] = []
     for row in rows:
@@ -117,7 +106,7 @@ def param_keys(rows: list[dict[str, Any]]) -> list[str]:
     return sorted(keys)
 
 
-def best_row(rows: list[dict[str, Any]], stage: str) -> tuple[dict[str, Any] | None, str]:
+def best_row(rows: list[TrialRow], stage: str) -> tuple[TrialRow | None, str]:
     """The selected trial of a stage among its completed ones, and what selected it (sptune.selection)."""
     done = [r for r in rows if r["stage"] == stage and r.get("status") == "completed" and _num(r.get("best_val"))]
     # Trials of a stage share the validation set; the smallest resolution is the safe one if they did not.
@@ -129,14 +118,14 @@ def _num(value: Any) -> bool:
     return isinstance(value, (int, float)) and not math.isnan(value)
 
 
-def write_csv(rows: list[dict[str, Any]], path: str | Path, prefix: Sequence[str] = ()) -> Path:
+def write_csv(rows: list[TrialRow], path: str | Path, prefix: Sequence[str] = ()) -> Path:
     """results.csv, one schema for a study and a paper experiment: one row per trial, the stage and trial
     first, then the searched params, then COLUMNS. An experiment puts its cell columns (experiment, cell,
     the cell's labels) in `prefix`."""
     return write_rows(rows, path, [*prefix, *COLUMNS[:2], *param_keys(rows), *COLUMNS[2:]])
 
 
-def write_rows(rows: list[dict[str, Any]], path: str | Path, columns: Sequence[str]) -> Path:
+def write_rows(rows: list[TrialRow], path: str | Path, columns: Sequence[str]) -> Path:
     """A CSV of these columns (a key of a row outside them is left out), written atomically."""
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=list(dict.fromkeys(columns)), extrasaction="ignore")
@@ -147,15 +136,15 @@ def write_rows(rows: list[dict[str, Any]], path: str | Path, columns: Sequence[s
 
 
 # ----------------------------------------------------------------------------- summary
-def summary(study_dir: str | Path, rows: list[dict[str, Any]] | None = None) -> str:
+def summary(study_dir: str | Path, rows: list[TrialRow] | None = None) -> str:
     study_dir = Path(study_dir)
     rows = collect(study_dir) if rows is None else rows
-    state = study_state(study_dir)
+    state = study_state.read(study_dir)
     keys = param_keys(rows)
-    cfg = state.get("stages", {}).get("scratch") or next(iter(state.get("stages", {}).values()), {})
+    cfg = state.stages.get("scratch") if state else None
     lines = [f"study {study_dir}"
-             + (f": task {cfg['task']['name']}, model {cfg['model']['name']}" if cfg else "")
-             + (f", search space {state['space']['path']}" if state.get("space") else ""),
+             + (f": task {cfg['task']['name']}, model {cfg['model']['name']}, search space {state.space['path']}"
+                if cfg else ""),
              RULE, ""]
     header = (f"{'stage':9s} {'trials':>6s} {'ok':>3s} {'fail':>4s} {'stop':>4s}  {'best trial':30s} "
               + " ".join(f"{k.rsplit('.', 1)[-1]:>10s}" for k in keys)
@@ -165,7 +154,7 @@ def summary(study_dir: str | Path, rows: list[dict[str, Any]] | None = None) -> 
     for stage in STAGES:
         mine = [r for r in rows if r["stage"] == stage]
         if not mine:
-            status = state.get("stage_status", {}).get(stage)
+            status = state.stage_status.get(stage) if state else None
             lines.append(f"{stage:9s} {0:6d}  " + (f"({status})" if status else "(not run)"))
             continue
         counts = [sum(r.get("status") == s for r in mine) for s in ("completed", "failed")]
@@ -181,7 +170,7 @@ def summary(study_dir: str | Path, rows: list[dict[str, Any]] | None = None) -> 
                      f"{best['best_step']:6d} {best['test_metric']:7.4f} {best['wall_seconds'] or 0:7.0f} "
                      f"{stage_cost:11.0f} {stage_flops(rows, stage):11.3g}  {how}")
     lines += _comparison(rows, state)
-    lines += boundary.warnings({stage: best_row(rows, stage)[0] for stage in STAGES}, state.get("space") or {})
+    lines += boundary.warnings({stage: best_row(rows, stage)[0] for stage in STAGES}, state.space if state else {})
     failed = [r for r in rows if r.get("status") == "failed"]
     for r in failed:
         lines.append(f"failed: {r['stage']} {r['trial_id']}: {r.get('reason')}")
@@ -192,20 +181,19 @@ def summary(study_dir: str | Path, rows: list[dict[str, Any]] | None = None) -> 
     return "\n".join(lines)
 
 
-def stage_flops(rows: list[dict[str, Any]], stage: str) -> float:
+def stage_flops(rows: list[TrialRow], stage: str) -> float:
     """Training + evaluation FLOPs of every trial of a stage that has a result."""
     return sum((r.get("train_flops") or 0.0) + (r.get("eval_flops") or 0.0) for r in rows if r["stage"] == stage)
 
 
-def _comparison(rows: list[dict[str, Any]], state: dict[str, Any]) -> list[str]:
+def _comparison(rows: list[TrialRow], state: StudyState | None) -> list[str]:
     scratch, finetune = best_row(rows, "scratch")[0], best_row(rows, "finetune")[0]
-    selected = state.get("selected")
+    selected = state.selected if state else None
     lines = [""]
     if selected:
-        how = selected.get("selected_by", selection.BY_METRIC)  # studies selected before tie-breaks: the metric
-        lines.append(f"finetuning started from pretraining trial {selected['trial']} at its best checkpoint "
-                     f"(step {selected['step']}, val {selected['best_val']:.4f}, val loss "
-                     f"{_loss(selected.get('best_val_loss'))}; selected by {how})")
+        lines.append(f"finetuning started from pretraining trial {selected.trial} at its best checkpoint "
+                     f"(step {selected.step}, val {selected.best_val:.4f}, val loss "
+                     f"{_loss(selected.best_val_loss)}; selected by {selected.selected_by})")
     if scratch is None or finetune is None:
         return lines
     pre_cost = sum(r.get("device_seconds") or 0.0 for r in rows if r["stage"] == "pretrain")

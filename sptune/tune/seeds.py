@@ -21,7 +21,7 @@ from sptune import atomic, files, pairs
 from sptune.atomic import write_text as write_text_atomic
 from sptune.config import STAGES
 from sptune.errors import UserError
-from sptune.tune import pipeline, results, session
+from sptune.tune import pipeline, results, session, study_state
 from sptune.tune.options import Options
 
 
@@ -74,9 +74,8 @@ def study_pair(seed: int, study_dir: Path) -> tuple[pairs.Pair, str | None]:
     rows = results.collect(study_dir)
     best = {stage: results.best_row(rows, stage)[0] for stage in STAGES}
     metric = (best["scratch"] or best["finetune"] or {}).get("metric")
-    state = results.study_state(study_dir)
     missing = [s for s in ("finetune", "scratch") if best[s] is None]
-    stages = state.get("stage_status", {})
+    stages = study_state.load(study_dir).stage_status
     status = "completed" if not missing else (
         ("no completed " + "/".join(missing) + " trial; stages: " + ", ".join(f"{k} {v}" for k, v in stages.items()))
         if stages else "not run yet")
