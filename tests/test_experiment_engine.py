@@ -58,6 +58,12 @@ def test_cells_share_one_tune_run_and_stay_studies(tmp_path, ray_instance):  # n
     assert len(experiment_rows(tmp_path, plan)) == 8
     # A rerun retries only the broken cell (the others are done): no Tune run starts for them.
     assert run_experiment(tmp_path, plan, Options(max_concurrent=2)) == ["bad"]
+    # A rerun with one more cell (another seed) extends the experiment: a second Tune run serves it.
+    more = tiny_plan(["a", "b", "bad", "c"], broken=("bad",))
+    assert run_experiment(tmp_path, more, Options(max_concurrent=2)) == ["bad"]
+    assert results.best_row(results.collect(tmp_path / files.CELLS / "c"), "finetune")[0] is not None
+    assert files.read_json(tmp_path / "tune" / "runs.json") == {"experiment": ["a", "b"], "experiment-2": ["c"]}
+    assert len(experiment_rows(tmp_path, more)) == 12
 
 
 def _span(row):
