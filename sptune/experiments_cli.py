@@ -51,6 +51,13 @@ def parse_args(description: str, argv: list[str] | None = None,
     return args
 
 
+def default_dir(experiment: str, args: argparse.Namespace) -> Path:
+    """runs/experiments/<experiment>[-smoke|-cpu]: a variant's grid is another experiment, in its own directory
+    (so a rerun of one never meets the other's plan)."""
+    variant = "-smoke" if args.smoke_test else "-cpu" if getattr(args, "cpu", False) else ""
+    return Path("runs") / "experiments" / (experiment + variant)
+
+
 def main(experiment: str, build_plan: Callable[[argparse.Namespace], Plan], description: str,
          argv: list[str] | None = None, extra: Callable[[argparse.ArgumentParser], None] | None = None) -> int:
     """Entry point of every studies/*.py script: build the plan, run it, write the report."""
@@ -64,8 +71,7 @@ def main(experiment: str, build_plan: Callable[[argparse.Namespace], Plan], desc
         if args.plan:
             print_budget(plan, search_options.from_args(args), args)
             return 0
-        default = Path("runs") / "experiments" / (experiment + ("-smoke" if args.smoke_test else ""))
-        experiment_dir = Path(args.dir or default)
+        experiment_dir = Path(args.dir or default_dir(experiment, args))
         log_path = experiment_dir.resolve() / files.STUDY_LOG
         # Ray, Tune and the trials print into the log; the terminal gets the cells' progress.
         with output.captured(log_path, show_trials=False) as console:

@@ -3,6 +3,7 @@
     launch:  python studies/data_fractions.py                 # Text and Image, fractions 0.005 ... 1.0
     resume:  python studies/data_fractions.py                 # the same command; finished cells are skipped
     report:  sptune report runs/experiments/data_fractions
+             sptune report runs/experiments/data_fractions-cpu       # the --cpu variant
     smoke:   python studies/data_fractions.py --smoke-test    # 25 s on a 2-core CPU (measured)
     CPU:     python studies/data_fractions.py --cpu           # the main job's task and S4D, on 2 CPU cores
     GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>
@@ -21,9 +22,10 @@ Figure 3 has no table: the paper's statement of its numbers is quoted in the rep
 
 CPU scale (--cpu): the main job's setting (studies/architectures.py), UCR OSULeaf with S4D, fractions
 {0.125, 0.25, 0.5, 1.0} of its 159 training series (nested), confirmation seeds 1 2 3 by default (seed 0
-chose the grid). Every stage searches the main job's grid (search_spaces/ucr-osuleaf/s4d-legs.yaml: the
-same lr values and 200 steps for finetuning and scratch); pretraining runs 200 steps at every fraction,
-as the paper fixes pretraining steps across fractions. Budget first: `--cpu --plan`.
+chose the grid). Finetuning and scratch search the main job's grid (search_spaces/ucr-osuleaf/s4d-legs.yaml:
+the same 5 lr values and 200 steps for both); pretraining runs its one value (lr 1e-3) for 200 steps at every
+fraction, as the paper fixes pretraining steps across fractions. Budget first: `--cpu --plan`. Measured:
+55 min 48 s on a 2-core CPU (docs/results.md); directory runs/experiments/data_fractions-cpu.
 
 Smoke test: listops-mini (tokens) stands in for Text and pathfinder-mini (pixels) for Image, with a
 1-layer, d_model-16 S4, 15 pretraining steps at every fraction, 15 finetuning / scratch steps.

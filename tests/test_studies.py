@@ -150,6 +150,15 @@ def test_a_rerun_may_add_cells_but_not_drop_or_change_one(tmp_path):
         save_plan(tmp_path, changed)
 
 
+def test_each_variant_of_a_study_has_its_own_default_directory():
+    plain = argparse.Namespace(smoke_test=False)
+    assert str(cli.default_dir("spt_ratio", plain)) == "runs/experiments/spt_ratio"
+    assert str(cli.default_dir("spt_ratio", argparse.Namespace(smoke_test=False, cpu=True))) == \
+        "runs/experiments/spt_ratio-cpu"
+    assert str(cli.default_dir("spt_ratio", argparse.Namespace(smoke_test=True, cpu=True))) == \
+        "runs/experiments/spt_ratio-smoke"
+
+
 def test_added_cells_get_a_new_tune_run_and_a_resume_restores_the_last(tmp_path):
     from sptune.tune.experiment import tune_run_name
 
