@@ -75,6 +75,10 @@ class OptimConfig:
     epochs: int = 0
     grad_clip: float = 1.0  # 0 = off
     eval_every: int = 100  # steps between validation passes (and checkpoints)
+    # Early stopping: end the run once validation has not improved for this many steps (0 = off; a multiple of
+    # eval_every). The best checkpoint is kept either way; it only saves the steps after a plateau, so that a
+    # longer budget (the convergence check's remedy) costs what the run needs, the same rule for every arm.
+    patience: int = 0
     # Micro-batches per optimizer step (gradient accumulation): batch_size stays the effective batch, each
     # forward/backward sees batch_size / accumulate examples, so long inputs (PathX, L=16K) fit one device.
     accumulate: int = 1
@@ -123,7 +127,7 @@ POSITIVE = ("model.d_model", "model.n_layers", "model.n_heads", "model.block_siz
             "model.dt_min", "model.dt_max",
             "optim.lr", "optim.batch_size", "optim.max_steps", "optim.eval_every", "optim.accumulate")
 NON_NEGATIVE = ("model.d_ff", "model.dropout", "optim.weight_decay", "optim.warmup_steps", "optim.epochs",
-                "optim.grad_clip", "task.max_val_examples", "task.max_test_examples", "model.ssm_lr")
+                "optim.patience", "optim.grad_clip", "task.max_val_examples", "task.max_test_examples", "model.ssm_lr")
 
 
 def _coerce(path: str, value: Any, kind: Any) -> Any:
@@ -259,6 +263,9 @@ def validate(cfg: Config) -> None:
     if cfg.optim.batch_size % cfg.optim.accumulate:
         raise UserError(f"optim.batch_size={cfg.optim.batch_size} is not divisible by optim.accumulate="
                         f"{cfg.optim.accumulate}; pick a batch size that is a multiple of the micro-batch count")
+    if cfg.optim.patience % cfg.optim.eval_every:
+        raise UserError(f"optim.patience={cfg.optim.patience} is not a multiple of optim.eval_every="
+                        f"{cfg.optim.eval_every}; patience counts steps between evaluations")
     if not 0.0 < cfg.task.train_fraction <= 1.0:
         raise UserError(f"task.train_fraction={cfg.task.train_fraction} must be in (0, 1]")
     ratio = cfg.objective.mask_ratio

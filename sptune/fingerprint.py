@@ -34,6 +34,9 @@ BOOKKEEPING = ("run.out_dir", "run.name", "run.progress", "run.resume", "run.num
 # dropout masks) and, for accumulation, BatchNorm (statistics per micro-batch). Left out otherwise, so run
 # dirs and their names from before these settings existed stay valid.
 EXECUTION_DEFAULTS = {"optim.accumulate": 1, "run.compile": False}
+# Fields added after run directories existed, each at the default that reproduces those runs: fingerprinted
+# only when set, so the older directories (and their names) stay valid. optim.patience (early stopping) off.
+ADDED_DEFAULTS = {"optim.patience": 0}
 # Shown in a mismatch message; the rest are counted.
 MAX_LISTED = 6
 
@@ -68,6 +71,7 @@ def config_fields(cfg: Config) -> dict[str, Any]:
                        "run.compile": cfg.model.dropout > 0}
     flat = {k: v for k, v in flat.items()
             if k not in EXECUTION_DEFAULTS or (v != EXECUTION_DEFAULTS[k] and changes_numbers[k])}
+    flat = {k: v for k, v in flat.items() if k not in ADDED_DEFAULTS or v != ADDED_DEFAULTS[k]}
     # Through JSON, so a fresh fingerprint compares equal to one read back from fingerprint.json (tuples).
     return json.loads(json.dumps({k: v for k, v in flat.items() if k not in BOOKKEEPING}))
 

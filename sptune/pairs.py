@@ -56,10 +56,12 @@ LATE_FRACTION = 0.8  # a best step past 80% of the budget: the run may not have 
 
 
 def convergence(arm: str, result: dict[str, Any] | None) -> dict[str, Any]:
-    """Pair fields `<arm>_best_step`, `<arm>_steps`, `<arm>_train_loss` from a run's result.json."""
+    """Pair fields `<arm>_best_step`, `<arm>_steps` (the step budget: max_steps, which an early-stopped run
+    did not use up; result.json from before early stopping has only the steps trained) and `<arm>_train_loss`."""
     result = result or {}
     history = result.get("history") or []
-    return {f"{arm}_best_step": result.get("best_step"), f"{arm}_steps": result.get("steps"),
+    return {f"{arm}_best_step": result.get("best_step"),
+            f"{arm}_steps": result.get("max_steps") or result.get("steps"),
             f"{arm}_train_loss": history[-1].get("train_loss") if history else None}
 
 

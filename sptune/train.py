@@ -134,7 +134,7 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
                               "n_params": count_parameters(model),
                               "init_from": str(pretrain_dir(init_from)) if init_from else None}
     end = dict(state=state, cost=cost, world=run.world, accumulate=cfg.optim.accumulate, run_dir=run.run_dir,
-               write=run.main_rank)  # what finish() needs
+               max_steps=max_steps, write=run.main_rank)  # what finish() needs
 
     # 6. Train loop: one optimizer step per batch (of optim.accumulate micro-batches); eval, TensorBoard and
     #    checkpoints every eval_every. 7. Test once, at the best validation checkpoint (Appendix C.1).
@@ -257,10 +257,11 @@ class Loop:
 
 
 def train_loop(loop: Loop, batches: Prefetcher, writer: Any, progress: Any) -> str | None:
-    """Train to max_steps, evaluating and checkpointing every eval_every; None, or why the run failed."""
+    """Train to max_steps (or until validation plateaus, optim.patience), evaluating and checkpointing every
+    eval_every; None, or why the run failed."""
     run, state, cfg = loop.run, loop.state, loop.run.cfg
     period = Period(run.device)
-    while state["step"] < loop.max_steps:
+    while state["step"] < loop.max_steps and not plateaued(state, cfg.optim.patience, run.run_dir.name):
         step = state["step"]
         loop.trained.train()
         problem = batches.get(step).to(run.device)
@@ -281,6 +282,17 @@ def train_loop(loop: Loop, batches: Prefetcher, writer: Any, progress: Any) -> s
             evaluate_and_checkpoint(loop, period, writer, progress)
             period = Period(run.device)
     return None
+
+
+def plateaued(state: dict[str, Any], patience: int, name: str) -> bool:
+    """Early stopping: validation has not improved for `patience` steps (0 = never). The state is at an eval
+    step here (patience is a multiple of eval_every, and last.pt is written at evals), so a resumed run that
+    had stopped stops again at once."""
+    if patience <= 0 or state["best_step"] < 0 or state["step"] - state["best_step"] < patience:
+        return False
+    log.info("%s: stopped early at step %d, no validation gain since step %d (optim.patience=%d)", name,
+             state["step"], state["best_step"], patience)
+    return True
 
 
 class Period:
@@ -383,12 +395,12 @@ def fresh_state() -> dict[str, Any]:
 
 
 def finish(result: dict[str, Any], state: dict[str, Any], cost: flops.Flops, world: int, run_dir: Path,
-           status: str, reason: str | None = None, write: bool = True, accumulate: int = 1) -> dict[str, Any]:
+           max_steps: int, status: str, reason: str | None = None, write: bool = True, accumulate: int = 1) -> dict[str, Any]:
     """Complete and write result.json. Seconds and FLOPs are of all devices: under DDP every rank trains
     its share of each batch, generates the SSM kernels and evaluates the whole split; with accumulation
     each micro-batch is a model call (the SSM kernels are generated once per call)."""
     history = state["history"]
-    result.update(status=status, reason=reason, steps=state["step"], best_step=state["best_step"],
+    result.update(status=status, reason=reason, steps=state["step"], max_steps=max_steps, best_step=state["best_step"],
                   best_val=state["best_metric"] if history else None, best_val_loss=state["best_loss"],
                   val_targets=state["val_targets"], final_val=history[-1]["val_metric"] if history else None,
                   examples_seen=state["examples_seen"], train_seconds=state["train_seconds"],

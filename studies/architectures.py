@@ -36,7 +36,7 @@ from sptune.experiments.plan import Cell, Plan  # noqa: E402
 EXPERIMENT = "architectures"
 TASK = settings.CPU_TASK
 # The compute-tied scratch arm (--compute-tied) trains for pretraining + finetuning's steps at the scratch lr
-# that seed 0's search selected (settings.CPU_SELECTED_LR): chosen on a selection seed, confirmed on the
+# that seed 0's search selected (settings.MAIN_JOB_SELECTED_LR): chosen on a selection seed, confirmed on the
 # others. It is not searched again at the longer budget (cost), which can only favour SPT.
 
 
@@ -47,7 +47,7 @@ def add_flags(parser) -> None:
 
 
 def build(args) -> Plan:
-    seeds = args.seeds or list(settings.CPU_SELECTION_SEEDS)
+    seeds = args.seeds or [0]
     cells = []
     for name, (_, display) in settings.CPU_MODELS.items():  # the Transformer first, as Table 1
         overrides = settings.cpu_overrides(name)
@@ -55,7 +55,7 @@ def build(args) -> Plan:
             overrides += ["optim.max_steps=10", "optim.eval_every=5"]
         for seed in seeds:
             labels = {"task": TASK, "model": display, "seed": seed, "column": "OSULeaf",
-                      "role": settings.cpu_role(seed)}
+                      "role": settings.cpu_role(seed, settings.MAIN_JOB_SELECTION_SEEDS)}
             seeded = overrides + [f"run.seed={seed}"]
             cells.append(Cell(key=f"{TASK}-{name}-s{seed}", labels=labels, overrides=tuple(seeded), stages=STAGES,
                               space=settings.cpu_space(name)))
@@ -65,7 +65,8 @@ def build(args) -> Plan:
         experiment=EXPERIMENT, title="Architecture result at CPU scale: Transformer vs S4D, scratch vs SPT (Table 1)",
         axis="architecture (Transformer, S4D) x initialisation (scratch, masked SPT); seeds",
         nuisance="lr per stage (finetune and scratch: the same grid and step budget; S4D 5 values, Transformer 4)",
-        fixed="configs/ucr_osuleaf_{transformer,s4}.yaml: backbone size, batch 32, 200 steps, 25% masking with L1",
+        fixed="configs/ucr_osuleaf_{transformer,s4}.yaml: backbone size, batch 32, 200 pretraining steps, 400 "
+              "finetuning / scratch steps with early stopping (patience 100), 25% masking with L1",
         layout={"kind": "grid", "col": "column", "row_title": "model", "heading": "Test accuracy (%), UCR OSULeaf",
                 "plots": ["bars"], "plot_title": "OSULeaf test accuracy: scratch (solid), masked SPT (hatched)",
                 "architectures": {"transformer": "Transformer", "ssm": "S4D"}, "baselines_task": TASK,
@@ -80,7 +81,7 @@ def build(args) -> Plan:
 def tied_cell(name: str, display: str, overrides: list[str], labels: dict) -> Cell:
     """Scratch with SPT's total training steps: pretraining's plus finetuning's (one stage budget each)."""
     steps = sum(load_config(None, overrides, stage=stage).optim.max_steps for stage in ("pretrain", "finetune"))
-    lr = settings.CPU_SELECTED_LR[name]["scratch"]
+    lr = settings.MAIN_JOB_SELECTED_LR[name]["scratch"]
     return Cell(key=f"{TASK}-{name}-tied-s{labels['seed']}",
                 labels={**labels, "compute": "tied", "row": f"{display} scratch, {steps} steps (lr {lr:g})"},
                 overrides=tuple(overrides + [f"optim.max_steps={steps}"]), stages=("scratch",),

@@ -20,11 +20,12 @@ Nuisance: only the scratch learning rate on Text ({1e-3, 5e-4}, best on validati
 Tune + Optuna; everything else is fixed by the paper.
 Figure 3 has no table: the paper's statement of its numbers is quoted in the report.
 
-CPU scale (--cpu): the main job's setting (studies/architectures.py), UCR OSULeaf with S4D, fractions
-{0.125, 0.25, 0.5, 1.0} of its 159 training series (nested), confirmation seeds 1 2 3 by default (seed 0
-chose the grid). Finetuning and scratch search the main job's grid (search_spaces/ucr-osuleaf/s4d-legs.yaml:
-the same 5 lr values and 200 steps for both); pretraining runs its one value (lr 1e-3) for 200 steps at every
-fraction, as the paper fixes pretraining steps across fractions. Budget first: `--cpu --plan`. Measured:
+CPU scale (--cpu): the main job's setting (studies/architectures.py) under its first budget (200 steps every
+stage, no early stopping: settings.first_budget_overrides, which this study ran under), UCR OSULeaf with S4D,
+fractions {0.125, 0.25, 0.5, 1.0} of its 159 training series (nested), confirmation seeds 1 2 3 by default
+(seed 0 chose the grid). Finetuning and scratch search the main job's grid (search_spaces/ucr-osuleaf/
+s4d-legs.yaml: the same 5 lr values and 200 steps for both); pretraining runs its one value (lr 1e-3) for 200
+steps at every fraction, as the paper fixes pretraining steps across fractions. Budget first: `--cpu --plan`. Measured:
 55 min 48 s on a 2-core CPU (docs/results.md); directory runs/experiments/data_fractions-cpu.
 
 Smoke test: listops-mini (tokens) stands in for Text and pathfinder-mini (pixels) for Image, with a
@@ -112,15 +113,16 @@ def build_cpu(args) -> Plan:
     cells = [Cell(key=f"{settings.CPU_TASK}-f{fraction:g}-s{seed}",
                   labels={"task": settings.CPU_TASK, "model": display, "fraction": fraction, "seed": seed,
                           "role": settings.cpu_role(seed), "column": f"OSULeaf · {display}"},
-                  overrides=tuple(settings.cpu_overrides(CPU_MODEL) + [f"task.train_fraction={fraction}",
-                                                                      f"run.seed={seed}"]),
+                  overrides=tuple(settings.first_budget_overrides(CPU_MODEL) + [f"task.train_fraction={fraction}",
+                                                                              f"run.seed={seed}"]),
                   space=settings.cpu_space(CPU_MODEL))
              for fraction in CPU_FRACTIONS for seed in seeds]
     return Plan(
         experiment=EXPERIMENT, title="SPT across data scales at CPU scale: S4D on nested subsets of UCR OSULeaf (§3.4, "
                                      "Figure 3)",
         axis="training fraction {0.125, 0.25, 0.5, 1.0} of 159 series (nested) x scratch / masked SPT; seeds",
-        nuisance="lr per stage, the main job's grid (finetune and scratch: the same 5 values and 200 steps)",
+        nuisance="lr per stage, the main job's grid (finetune and scratch: the same 5 values and 200 steps: its first "
+                 "budget)",
         fixed="configs/ucr_osuleaf_s4.yaml (2 blocks x 64, batch 32), 200 pretraining steps at every fraction",
         layout={"kind": "fraction", "curves": True}, cells=cells,
         notes=["gain = (SPT - scratch) / scratch, the relative gain of Figure 3 (right); data x = how many times "

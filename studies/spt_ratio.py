@@ -20,9 +20,9 @@ Transformer Table 4 rotary rows (Text 5e-4, Image 1e-3), S4 Appendix C.1.4 (Text
 FT and scratch 2e-3). Fixed: the Table 2 Transformer + Rotary and the S4-config models, masking ratio.
 
 CPU scale (--cpu): the main job's setting (studies/architectures.py), UCR OSULeaf with the Transformer and
-S4D, a budget of 400 steps (the main job's pretraining + finetuning) split 0/20/40/60%, confirmation seeds
-1-5 by default. Each stage's lr is the one the selection seed 0 chose in the main job
-(settings.CPU_SELECTED_LR), not searched, as above.
+S4D, a budget of 400 steps (the main job's pretraining + finetuning under its first budget, 200 + 200) split
+0/20/40/60%, no early stopping, confirmation seeds 1-5 by default. Each stage's lr is the one the selection
+seed 0 chose under that first budget (settings.FIRST_SELECTED_LR), not searched, as above.
 
 Smoke test: listops-mini stands in for Text and pathfinder-mini for Image, a budget of 20 steps
 (pretraining 4 / 8 / 12), 1-layer d_model-16 models.
@@ -46,7 +46,7 @@ TRAIN_EXAMPLES = {"text": 22_500, "image": 45_000}  # training split after the 1
 # Appendix C.1.4's finetuning batch sizes (Text 16, Image 50), one per task for both stages.
 BATCH = {task: paper.FRACTION_SETTINGS[task]["finetune"][0][1] for task in TASKS}
 SMOKE_BUDGET = 20
-CPU_BUDGET = 400  # steps: the main job's 200 pretraining + 200 finetuning steps
+CPU_BUDGET = 400  # steps: the main job's 200 pretraining + 200 finetuning steps of its first budget
 MODELS = (("transformer", "Transformer"), ("s4", "S4"))  # Table 8's column names
 
 
@@ -142,7 +142,7 @@ def build_cpu(args) -> Plan:
     seeds = args.seeds or [1, 2, 3, 4, 5]
     cells = []
     for model, (_, name) in settings.CPU_MODELS.items():
-        lrs = settings.CPU_SELECTED_LR[model]
+        lrs = settings.FIRST_SELECTED_LR[model]
         space = fixed_space({stage: {"optim.lr": lrs[stage], "optim.batch_size": 32} for stage in STAGES})
         for share in paper.SPT_SHARES:
             for seed in seeds:
@@ -151,7 +151,8 @@ def build_cpu(args) -> Plan:
                     labels={"task": settings.CPU_TASK, "model": name, "share": share, "share_label": share_label(share),
                             "seed": seed, "role": settings.cpu_role(seed), "budget_steps": CPU_BUDGET,
                             "column": f"OSULeaf · {name}"},
-                    overrides=tuple(settings.cpu_overrides(model) + split_steps(share, CPU_BUDGET) + [f"run.seed={seed}"]),
+                    overrides=tuple(settings.first_budget_overrides(model) + split_steps(share, CPU_BUDGET)
+                                    + [f"run.seed={seed}"]),
                     stages=("scratch",) if share == 0 else ("pretrain", "finetune"), space=space))
     return Plan(
         experiment=EXPERIMENT, title="Compute-tied SPT at CPU scale: a 400-step budget on UCR OSULeaf (Appendix D, Table 8)",

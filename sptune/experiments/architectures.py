@@ -28,7 +28,7 @@ from sptune.tune import boundary, results
 
 SPT, SCRATCH, TIED = "masked", "scratch", "tied"  # arm keys: SPT, scratch, scratch at SPT's total steps
 ROLES = ("selection", "confirmation")
-ROLE_TEXT = {"selection": "selection seeds: they chose the grids and the step budget; not a confirmation",
+ROLE_TEXT = {"selection": "selection seeds: they chose the grids or the step budget; not a confirmation",
              "confirmation": "confirmation seeds: they chose nothing"}
 
 

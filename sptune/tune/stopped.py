@@ -55,7 +55,7 @@ def stopped_result(run_dir: Path, stage: str, world: int = 1) -> dict[str, Any]:
 
     from sptune import config, flops, train
     from sptune.build import build_pretrain_model, build_task_model, count_parameters
-    from sptune.data import batch, step_draw, train_fraction
+    from sptune.data import batch, stage_steps, step_draw, train_fraction
     from sptune.registry import get_task
 
     cfg = config.load(run_dir / files.CONFIG)
@@ -70,7 +70,9 @@ def stopped_result(run_dir: Path, stage: str, world: int = 1) -> dict[str, Any]:
     model = build_pretrain_model(cfg, task, mask_channel=masked_continuous) if pretraining \
         else build_task_model(cfg, task)
     # The FLOPs per example as run_stage counts them (on a meta copy, from one training example).
-    x1, _, lengths1 = batch(train_fraction(splits["train"], cfg.task.train_fraction), torch.tensor([0]))
+    train_split = train_fraction(splits["train"], cfg.task.train_fraction)
+    max_steps = stage_steps(cfg.optim.max_steps, cfg.optim.epochs, cfg.optim.batch_size, len(train_split))
+    x1, _, lengths1 = batch(train_split, torch.tensor([0]))
     if pretraining:
         d1, lengths1 = train.denoise(cfg, task, x1, lengths1, step_draw(cfg.run.seed, 0))
         x1 = d1.inputs
@@ -85,4 +87,4 @@ def stopped_result(run_dir: Path, stage: str, world: int = 1) -> dict[str, Any]:
     result: dict[str, Any] = {"stage": stage, "task": task.name, "model": cfg.model.name, "run_dir": str(run_dir),
                               "metric": train.stage_metric_name(cfg, task, stage), "n_params": count_parameters(model),
                               "init_from": None, "test_metric": test["metric"], "test_loss": test["loss"]}
-    return train.finish(result, state, cost, world, run_dir, status=STATUS)
+    return train.finish(result, state, cost, world, run_dir, max_steps, status=STATUS)
