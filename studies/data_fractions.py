@@ -23,8 +23,8 @@ Figure 3 has no table: the paper's statement of its numbers is quoted in the rep
 CPU scale (--cpu): the main job's setting (studies/architectures.py) under its first budget (200 steps every
 stage, no early stopping: settings.first_budget_overrides, which this study ran under), UCR OSULeaf with S4D,
 fractions {0.125, 0.25, 0.5, 1.0} of its 159 training series (nested), confirmation seeds 1 2 3 by default
-(seed 0 chose the grid). Finetuning and scratch search the main job's grid (search_spaces/ucr-osuleaf/
-s4d-legs.yaml: the same 5 lr values and 200 steps for both); pretraining runs its one value (lr 1e-3) for 200
+(seed 0 chose the grid). Finetuning and scratch search the main job's first grid (settings.FIRST_LR_GRID:
+the same 5 lr values, 1e-3 ... 1e-1, and 200 steps for both); pretraining runs its one value (lr 1e-3) for 200
 steps at every fraction, as the paper fixes pretraining steps across fractions. Budget first: `--cpu --plan`. Measured:
 55 min 48 s on a 2-core CPU (docs/results.md); directory runs/experiments/data_fractions-cpu.
 
@@ -115,7 +115,7 @@ def build_cpu(args) -> Plan:
                           "role": settings.cpu_role(seed), "column": f"OSULeaf · {display}"},
                   overrides=tuple(settings.first_budget_overrides(CPU_MODEL) + [f"task.train_fraction={fraction}",
                                                                               f"run.seed={seed}"]),
-                  space=settings.cpu_space(CPU_MODEL))
+                  space=settings.first_budget_space(CPU_MODEL))
              for fraction in CPU_FRACTIONS for seed in seeds]
     return Plan(
         experiment=EXPERIMENT, title="SPT across data scales at CPU scale: S4D on nested subsets of UCR OSULeaf (§3.4, "

@@ -90,12 +90,14 @@ def test_missing_architecture_prints_a_dash():
 
 def test_compute_tied_cells_train_spt_total_steps_at_one_lr():
     script = load_script()
-    plan = script.build(cli.parse_args("", ["--seeds", "0", "1", "--compute-tied"], extra=script.add_flags))
+    plan = script.build(cli.parse_args("", ["--seeds", "1", "6", "--compute-tied"], extra=script.add_flags))
     tied = [c for c in plan.cells if c.labels.get("compute") == "tied"]
     assert len(tied) == 4 and all(c.stages == ("scratch",) for c in tied)
-    assert {c.labels["role"] for c in plan.cells if c.labels["seed"] == 1} == {"confirmation"}
+    # Seeds 0-5 chose the grids or the budget (settings.MAIN_JOB_SELECTION_SEEDS); 6 chose nothing.
+    assert {c.labels["role"] for c in plan.cells if c.labels["seed"] == 1} == {"selection"}
+    assert {c.labels["role"] for c in plan.cells if c.labels["seed"] == 6} == {"confirmation"}
     for cell in tied:
-        steps = config.load(None, list(cell.overrides)).optim.max_steps
+        steps = config.load(None, list(cell.overrides), stage="scratch").optim.max_steps
         main = next(c for c in plan.cells if c.labels["seed"] == cell.labels["seed"]
                     and c.labels["model"] == cell.labels["model"] and "compute" not in c.labels)
         spt_steps = sum(config.load(None, list(main.overrides), stage=s).optim.max_steps
@@ -106,12 +108,12 @@ def test_compute_tied_cells_train_spt_total_steps_at_one_lr():
 
 def test_boundary_lines_name_the_cell_and_the_edge():
     plan = load_script().build(cli.parse_args("", []))
-    rows = [{"cell": plan.cells[1].key, "stage": "finetune", "selected": True, "optim.lr": 1e-1,
+    rows = [{"cell": plan.cells[1].key, "stage": "finetune", "selected": True, "optim.lr": 3e-3,
              "optim.batch_size": 32},
             {"cell": plan.cells[0].key, "stage": "scratch", "selected": True, "optim.lr": 1e-3, "optim.batch_size": 32}]
     lines = architectures.boundary_lines(plan, rows)
-    assert lines == [f"{plan.cells[1].key}: warning: finetune selected optim.lr=0.1, the top of its grid "
-                     "[0.001, 0.003, 0.01, 0.03, 0.1]: extend the grid", ""]
+    assert lines == [f"{plan.cells[1].key}: warning: finetune selected optim.lr=0.003, the top of its grid "
+                     "[0.0003, 0.001, 0.003]: extend the grid", ""]
 
 
 def test_learning_curves_put_the_compute_tied_scratch_on_its_architectures_panel(tmp_path, monkeypatch):

@@ -71,3 +71,7 @@ def test_main_job_budget_and_the_first_budget_the_scaling_studies_ran(model):
     assert budget(current, "finetune") == budget(current, "scratch") == (400, 100)  # the same for both arms
     assert all(budget(first, stage) == (settings.FIRST_BUDGET_STEPS, 0) for stage in config.STAGES)
     assert fingerprint.of(config.load(None, first, stage="scratch"), "scratch").fields["optim.max_steps"] == 200
+    first_space, current_space = settings.first_budget_space(model), settings.cpu_space(model)
+    assert first_space["scratch"]["params"]["optim.lr"] == settings.FIRST_LR_GRID[model]
+    assert first_space["finetune"]["params"]["optim.lr"] == first_space["scratch"]["params"]["optim.lr"]
+    assert current_space["finetune"]["params"]["optim.lr"] == current_space["scratch"]["params"]["optim.lr"]

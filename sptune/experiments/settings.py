@@ -84,7 +84,10 @@ FIRST_BUDGET_STEPS = 200
 # are not searched (spt_ratio's stages under the first budget; the compute-tied scratch arm of the main job).
 FIRST_SELECTED_LR = {"transformer": {"pretrain": 1e-3, "finetune": 1e-3, "scratch": 3e-3},
                      "s4": {"pretrain": 1e-3, "finetune": 1e-2, "scratch": 3e-2}}
-MAIN_JOB_SELECTED_LR = FIRST_SELECTED_LR
+MAIN_JOB_SELECTED_LR = {"transformer": {"pretrain": 1e-3, "finetune": 3e-4, "scratch": 1e-3},
+                        "s4": {"pretrain": 1e-3, "finetune": 1e-3, "scratch": 1e-3}}  # probes 8-9
+# The finetuning / scratch lr grids of the first budget (the current ones: search_spaces/ucr-osuleaf/).
+FIRST_LR_GRID = {"transformer": [3e-4, 1e-3, 3e-3, 1e-2], "s4": [1e-3, 3e-3, 1e-2, 3e-2, 1e-1]}
 
 
 def cpu_overrides(model: str) -> list[str]:
@@ -107,6 +110,14 @@ def first_budget_overrides(model: str) -> list[str]:
             continue
         out.append(f"optim.max_steps={FIRST_BUDGET_STEPS}" if key == "optim.max_steps" else item)
     return out
+
+
+def first_budget_space(model: str) -> dict[str, Any]:
+    """cpu_space with the first budget's lr grids for finetuning and scratch (data_fractions --cpu)."""
+    space = cpu_space(model)
+    for stage in ("finetune", "scratch"):
+        space[stage]["params"] = {**space[stage]["params"], "optim.lr": list(FIRST_LR_GRID[model])}
+    return space
 
 
 def cpu_role(seed: int, selection_seeds: tuple[int, ...] = FIRST_SELECTION_SEEDS) -> str:
