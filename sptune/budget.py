@@ -9,8 +9,8 @@ test pass. Device-hours are FLOPs / achieved FLOP/s:
                different model reaches only roughly;
     a GPU      the vendor's dense peak for the config's precision x a stated utilisation (--utilization).
 Trials run side by side (max_concurrent per stage, across cells of an experiment), so wall-clock time on
-N devices is about device-hours / N. ASHA stops trials early, so with ASHA on the figures are an upper
-bound. Nothing here creates a directory or starts Ray.
+N devices is about device-hours / N. ASHA and early stopping (optim.patience) end trials before their
+budget, so with either on the figures are an upper bound. Nothing here creates a directory or starts Ray.
 """
 
 from __future__ import annotations
@@ -217,7 +217,7 @@ def format_budget(title: str, stages: list[StageBudget], node: tuple[float, str]
               f"{gpu} (peak TFLOP/s {peaks}, by each stage's precision, x {utilization:.0%} utilization): "
               f"{gpu_hours:.4g} device-hours",
               "device-hours are summed over trials (wall-clock on N devices: about device-hours / N); "
-              "with ASHA on they are an upper bound"]
+              "with ASHA or optim.patience on they are an upper bound"]
     unknown = sorted({p.unknown for p in stages if p.unknown})
     if unknown:
         lines.append(f"not counted: {len(stages) - len(known)} stage(s) of {sum(p.trials for p in stages) - sum(p.trials for p in known)} "

@@ -1,11 +1,12 @@
 """The architecture result at CPU scale (paper Table 1, §3.1): a Transformer and an SSM, each trained from
 scratch and with masked SPT, on a real task, with trivial baselines on the same splits.
 
-    launch:  python studies/architectures.py                  # UCR OSULeaf, seed 0: 600 s on 2 CPU cores (measured)
+    launch:  python studies/architectures.py                  # UCR OSULeaf, seed 0: 816 s on 2 CPU cores (measured)
     resume:  python studies/architectures.py                  # the same command: finished cells are skipped
     report:  sptune report runs/experiments/architectures     # table + architecture section again, no training
-    confirm: python studies/architectures.py --seeds 1 2 3 4 5 --compute-tied --dir runs/experiments/architectures-confirm
-             # fresh seeds (seed 0 chose the settings), plus scratch given SPT's total steps (paper App. D): 67 min
+    confirm: python studies/architectures.py --seeds 6 7 8 9 10 --compute-tied --dir runs/experiments/architectures-confirm
+             # seeds that chose nothing (0-5 chose the grids and the budget), plus scratch given SPT's total
+             # steps (paper App. D): 69 min on 2 CPU cores (measured)
     smoke:   python studies/architectures.py --smoke-test     # 10 steps a stage, no search (plain backend)
 
 Scientific axis: architecture (Transformer, S4D = S4 in diagonal mode, model s4d-legs) x initialisation
@@ -17,7 +18,8 @@ Nuisance, searched per stage with Ray Tune + Optuna: the lr grid of search_space
 {transformer,s4d-legs}.yaml (finetune and scratch: the SAME lr grid, the SAME step budget; selection on
 validation only, test read once at each selected run's best-validation checkpoint).
 Fixed: configs/ucr_osuleaf_{transformer,s4}.yaml (same backbone: 2 blocks, d_model 64, feed-forward 128,
-mean pooling; the sequence layer is the architecture), batch 32, 200 steps per stage, 25% masking with L1
+mean pooling; the sequence layer is the architecture), batch 32, 200 pretraining steps, finetuning and scratch
+up to 400 steps with early stopping after 100 steps without a validation gain, 25% masking with L1
 (continuous input, §3.7). Settings were chosen on validation only: docs/main-job-selection.md.
 """
 
