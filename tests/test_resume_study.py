@@ -92,7 +92,7 @@ def test_resume_after_the_driver_dies(tmp_path, sig):
         os.kill(driver.pid, sig)
         output = driver.communicate(timeout=60)[0]
         if sig == signal.SIGINT:
-            assert driver.returncode == 130 and f"sptune resume {study_dir}" in output
+            assert driver.returncode == 130 and f"sptune resume {study_dir}" in output, output[-4000:]
         kept = {name: (finished / name).read_bytes() for name in ("result.json", "trial.json", "best.pt")}
         seen_steps = [files.read_json(run / "progress.json")["step"] for run in unfinished]
         trial_ids = [files.read_json(run / "trial.json")["trial_id"] for run in unfinished]
