@@ -395,12 +395,14 @@ def fresh_state() -> dict[str, Any]:
 
 
 def finish(result: dict[str, Any], state: dict[str, Any], cost: flops.Flops, world: int, run_dir: Path,
-           max_steps: int, status: str, reason: str | None = None, write: bool = True, accumulate: int = 1) -> dict[str, Any]:
+           max_steps: int, status: str, reason: str | None = None, write: bool = True,
+           accumulate: int = 1) -> dict[str, Any]:
     """Complete and write result.json. Seconds and FLOPs are of all devices: under DDP every rank trains
     its share of each batch, generates the SSM kernels and evaluates the whole split; with accumulation
     each micro-batch is a model call (the SSM kernels are generated once per call)."""
     history = state["history"]
-    result.update(status=status, reason=reason, steps=state["step"], max_steps=max_steps, best_step=state["best_step"],
+    result.update(status=status, reason=reason, steps=state["step"], max_steps=max_steps,
+                  best_step=state["best_step"],
                   best_val=state["best_metric"] if history else None, best_val_loss=state["best_loss"],
                   val_targets=state["val_targets"], final_val=history[-1]["val_metric"] if history else None,
                   examples_seen=state["examples_seen"], train_seconds=state["train_seconds"],

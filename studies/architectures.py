@@ -38,7 +38,7 @@ from sptune.experiments.plan import Cell, Plan  # noqa: E402
 EXPERIMENT = "architectures"
 TASK = settings.CPU_TASK
 # The compute-tied scratch arm (--compute-tied) trains for pretraining + finetuning's steps at the scratch lr
-# that seed 0's search selected (settings.MAIN_JOB_SELECTED_LR): chosen on a selection seed, confirmed on the
+# that seed 0's search selected (settings.MAIN_JOB_SCRATCH_LR): chosen on a selection seed, confirmed on the
 # others. It is not searched again at the longer budget (cost), which can only favour SPT.
 
 
@@ -83,7 +83,7 @@ def build(args) -> Plan:
 def tied_cell(name: str, display: str, overrides: list[str], labels: dict) -> Cell:
     """Scratch with SPT's total training steps: pretraining's plus finetuning's (one stage budget each)."""
     steps = sum(load_config(None, overrides, stage=stage).optim.max_steps for stage in ("pretrain", "finetune"))
-    lr = settings.MAIN_JOB_SELECTED_LR[name]["scratch"]
+    lr = settings.MAIN_JOB_SCRATCH_LR[name]
     return Cell(key=f"{TASK}-{name}-tied-s{labels['seed']}",
                 labels={**labels, "compute": "tied", "row": f"{display} scratch, {steps} steps (lr {lr:g})"},
                 overrides=tuple(overrides + [f"optim.max_steps={steps}"]), stages=("scratch",),

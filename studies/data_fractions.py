@@ -24,9 +24,9 @@ CPU scale (--cpu): the main job's setting (studies/architectures.py) under its f
 stage, no early stopping: settings.first_budget_overrides, which this study ran under), UCR OSULeaf with S4D,
 fractions {0.125, 0.25, 0.5, 1.0} of its 159 training series (nested), confirmation seeds 1 2 3 by default
 (seed 0 chose the grid). Finetuning and scratch search the main job's first grid (settings.FIRST_LR_GRID:
-the same 5 lr values, 1e-3 ... 1e-1, and 200 steps for both); pretraining runs its one value (lr 1e-3) for 200
-steps at every fraction, as the paper fixes pretraining steps across fractions. Budget first: `--cpu --plan`. Measured:
-55 min 48 s on a 2-core CPU (docs/results.md); directory runs/experiments/data_fractions-cpu.
+the same 5 lr values, 1e-3 ... 1e-1, and 200 steps for both); pretraining runs its one value (lr 1e-3) for
+200 steps at every fraction, as the paper fixes pretraining steps across fractions. Budget first: `--cpu
+--plan`. Measured: 55 min 48 s on a 2-core CPU (docs/results.md); directory runs/experiments/data_fractions-cpu.
 
 Smoke test: listops-mini (tokens) stands in for Text and pathfinder-mini (pixels) for Image, with a
 1-layer, d_model-16 S4, 15 pretraining steps at every fraction, 15 finetuning / scratch steps.

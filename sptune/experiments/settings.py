@@ -80,12 +80,12 @@ CPU_MODELS = {"transformer": ("transformer", "Transformer"), "s4": ("s4d-legs", 
 FIRST_SELECTION_SEEDS = (0,)
 MAIN_JOB_SELECTION_SEEDS = (0, 1, 2, 3, 4, 5)
 FIRST_BUDGET_STEPS = 200
-# Each stage's lr that seed 0's search chose (docs/main-job-selection.md): the settings of CPU-scale arms that
-# are not searched (spt_ratio's stages under the first budget; the compute-tied scratch arm of the main job).
+# Each stage's lr that seed 0's search chose under the first budget (docs/main-job-selection.md): spt_ratio's
+# stages, which are not searched.
 FIRST_SELECTED_LR = {"transformer": {"pretrain": 1e-3, "finetune": 1e-3, "scratch": 3e-3},
                      "s4": {"pretrain": 1e-3, "finetune": 1e-2, "scratch": 3e-2}}
-MAIN_JOB_SELECTED_LR = {"transformer": {"pretrain": 1e-3, "finetune": 3e-4, "scratch": 1e-3},
-                        "s4": {"pretrain": 1e-3, "finetune": 1e-3, "scratch": 1e-3}}  # probes 8-9
+# The scratch lr seed 0 chose under the current budget (probes 8-9): the main job's compute-tied arm.
+MAIN_JOB_SCRATCH_LR = {"transformer": 1e-3, "s4": 1e-3}
 # The finetuning / scratch lr grids of the first budget (the current ones: search_spaces/ucr-osuleaf/).
 FIRST_LR_GRID = {"transformer": [3e-4, 1e-3, 3e-3, 1e-2], "s4": [1e-3, 3e-3, 1e-2, 3e-2, 1e-1]}
 
