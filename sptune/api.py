@@ -40,9 +40,7 @@ def run_study(config: str | Path, overrides: Sequence[str] = (), dir: str | Path
     `options` (sptune.tune.options.Options, the flags of `sptune study`), with any of its fields given
     by name on top, e.g. `run_study(cfg, num_samples=4, logger="mlflow")`. `seeds`: the same study once
     per seed (one study directory each) and the paired SPT - scratch gain with its 95% CI
-    (sptune.tune.seeds). `sequential_stages`: the scratch search waits for finetuning instead of running
-    beside the pretrain -> finetune chain (the default, which shares the cluster between them).
-    `time_budget_s`: stop cleanly after that many wall seconds of this run (what finished is reported;
+    (sptune.tune.seeds), every seed a cell of the engine's one Tune run. `time_budget_s`: stop cleanly after that many wall seconds of this run (what finished is reported;
     resume continues). Raises UserError for a bad option, before any Ray work.
     """
     from sptune.tune import pipeline
@@ -55,13 +53,11 @@ def run_study(config: str | Path, overrides: Sequence[str] = (), dir: str | Path
     if seeds:
         from sptune.tune import seeds as multi
 
-        if time_budget_s is not None:
-            raise UserError("--time-budget is not supported with --seeds yet; bound each seed's study instead")
         spec = multi.create(str(config), list(overrides), study_dir, list(seeds),
                             str(search_space) if search_space else None, options)
         return _run_seeds(study_dir.resolve(), address, output,
                           [f"multi-seed study {study_dir.resolve()}: seeds {' '.join(map(str, spec['seeds']))}, "
-                           f"one study directory per seed (seed-<s>/)"])
+                           f"one study directory per seed (seed-<s>/)"], time_budget_s)
     state = pipeline.create(str(config), list(overrides), study_dir,
                             str(search_space) if search_space else None, options)
     header = [f"study {state.dir}: search space {state.space['path']}, up to "
@@ -80,7 +76,7 @@ def resume_study(study_dir: str | Path, *, address: str | None = None, output: s
     _check_output(output)
     if tune_seeds.is_seeds_dir(study_dir):
         return _run_seeds(Path(study_dir).resolve(), address, output,
-                          [f"resuming the multi-seed study {Path(study_dir).resolve()}"])
+                          [f"resuming the multi-seed study {Path(study_dir).resolve()}"], time_budget_s)
     state = study_state.load(study_dir)
     done = [p for p in state.stage_status if state.stage_done(p)]
     return _run(Path(state.dir), address, output,
@@ -116,7 +112,8 @@ def _run(study_dir: Path, address: str | None, mode: str, header: list[str], ret
     return study_dir
 
 
-def _run_seeds(parent: Path, address: str | None, mode: str, header: list[str]) -> Path:
+def _run_seeds(parent: Path, address: str | None, mode: str, header: list[str],
+               time_budget_s: float | None = None) -> Path:
     from sptune import output
     from sptune.tune import seeds as multi
 
@@ -125,8 +122,7 @@ def _run_seeds(parent: Path, address: str | None, mode: str, header: list[str]) 
         if mode != "quiet":
             for line in header + [f"log: {log_path}   (Ray, Tune and every trial's output)"]:
                 console.line(line)
-        out = multi.run(parent, address=address, verbose=1,
-                        on_seed=lambda seed: console.line(f"--- seed {seed}") if mode != "quiet" else None)
+        out = multi.run(parent, address=address, verbose=1, time_budget_s=time_budget_s)
         console.line()
         console.line(out["text"])
         console.line(f"table {out['table']}, per seed {out['csv']}, plot {out['plot']}")

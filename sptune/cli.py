@@ -18,6 +18,7 @@ import sys
 from typing import Any
 
 from sptune.errors import UserError
+from sptune.tune import interrupts
 
 
 def _config(args: argparse.Namespace, stage: str):
@@ -202,14 +203,16 @@ def main(argv: list[str] | None = None) -> int:
         args.seeds = [int(v) for v in values]
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    interrupts.install()
     try:
         return args.func(args)
     except UserError as exc:
         print(f"sptune: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("sptune: interrupted; rerun the same command to resume from the last checkpoint", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:
+        hint = interrupts.resume_hint() or "rerun the same command"
+        print(f"sptune: interrupted; continue with `{hint}` (from the last checkpoints)", file=sys.stderr)
+        return getattr(stop, "exit_code", 130)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 import sys
 from pathlib import Path
 from typing import Callable
@@ -24,6 +25,7 @@ from sptune import files, output, study_cli
 from sptune.errors import UserError
 from sptune.experiments.plan import BACKENDS, Plan
 from sptune.experiments.run import CellProgress, cell_done, run_experiment
+from sptune.tune import interrupts
 from sptune.tune import options as search_options
 
 
@@ -64,6 +66,7 @@ def main(experiment: str, build_plan: Callable[[argparse.Namespace], Plan], desc
     from sptune.experiments import report
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    interrupts.install("python " + shlex.join(sys.argv))
     try:
         args = parse_args(description, argv, extra)
         plan = build_plan(args)
@@ -91,9 +94,9 @@ def main(experiment: str, build_plan: Callable[[argparse.Namespace], Plan], desc
     except UserError as exc:
         print(f"sptune: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted; rerun the same command to resume", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:
+        print(f"sptune: interrupted; continue with `{interrupts.resume_hint()}` (the same command)", file=sys.stderr)
+        return getattr(stop, "exit_code", 130)
     for line in paths.get("summary_lines", []):
         print(line)
     print(f"table: {paths['table']}")

@@ -3,7 +3,6 @@
     sptune study configs/listops_mini_transformer.yaml                  # search space from task/model
     sptune study configs/listops_mini_transformer.yaml --smoke --dir /tmp/smoke
     sptune study configs/listops_mini_transformer.yaml --logger mlflow     # or wandb; --verbose: Ray's tables
-    sptune study configs/listops_mini_transformer.yaml --sequential-stages # scratch after finetuning, not beside
     sptune resume runs/study-listops_mini_transformer                   # after Ctrl-C / a killed driver
     sptune resume runs/study-listops_mini_transformer --retry-failed    # also rerun crashed trials
     sptune results runs/study-listops_mini_transformer                  # table + results.csv
@@ -136,16 +135,19 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def _interruptible(study_dir: Path, run: Callable[[], Path]) -> int:
     """Run the study; exit 0 when every stage has a completed trial (every seed paired, for a multi-seed
-    study), 1 otherwise, 130 on Ctrl-C."""
+    study), 1 otherwise, 130 on Ctrl-C and 143 on SIGTERM (sptune.tune.interrupts), after printing the
+    command that continues it."""
+    from sptune.tune import interrupts, results
     from sptune.tune import seeds as tune_seeds
-    from sptune.tune import results
 
+    hint = f"sptune resume {study_dir.resolve()}"
+    interrupts.install(hint)
     try:
         study_dir = run()
-    except KeyboardInterrupt:
-        print(f"sptune: interrupted; continue with `sptune resume {study_dir.resolve()}` "
-              f"(log: {study_dir.resolve() / files.STUDY_LOG})", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:
+        print(f"sptune: interrupted; continue with `{hint}` (log: {study_dir.resolve() / files.STUDY_LOG})",
+              file=sys.stderr)
+        return getattr(stop, "exit_code", 130)
     if tune_seeds.is_seeds_dir(study_dir):  # every seed paired (its SPT and scratch arms both completed)
         spec = files.read_json(study_dir / files.SEEDS)
         paired = tune_seeds.report(study_dir)["paired"]

@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
-from sptune import atomic, checkpoints, files, fingerprint, flops, selection
+from sptune import atomic, checkpoints, files, fingerprint, flops, protocol, selection
 from sptune.build import build_pretrain_model, build_task_model, count_parameters
 from sptune.config import STAGES, Config
 from sptune.data import (Prefetcher, batch, eval_batches, example_draw, step_draw, stage_steps, train_batch_index,
@@ -78,18 +78,19 @@ def run_protocol(config_of: Callable[[str], Config], stages: Sequence[str] = STA
     and its baseline outside a study: `sptune compare` and the plain backend of the experiment scripts.
     With `run_dir_of`, a stage whose directory holds a finished result is not run again."""
     results: dict[str, dict[str, Any]] = {}
-    for stage in [s for s in STAGES if s in stages]:
+    for stage in protocol.ordered(stages):
         run_dir = run_dir_of(stage)
         finished = files.finished_result(run_dir) if run_dir is not None else None
         if finished is not None:
             results[stage] = finished
             continue
         init_from = None
-        if stage == "finetune":
-            pre = results.get("pretrain")
-            if pre is None or pre["status"] != "completed":
-                continue  # nothing to finetune; the caller shows the SPT arm as failed, with pretraining's reason
-            init_from = run_dir_of("pretrain") or Path(pre["run_dir"])
+        before = protocol.prerequisite(stage)
+        if before is not None:
+            selected, _ = protocol.select([results[before]] if before in results else [])
+            if selected is None:
+                continue  # nothing to start from; the caller shows the SPT arm as failed, with pretraining's reason
+            init_from = run_dir_of(before) or Path(selected["run_dir"])
         results[stage] = run_stage(config_of(stage), stage, init_from=init_from, run_dir=run_dir, restart=restart)
     return results
 

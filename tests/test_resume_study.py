@@ -114,7 +114,6 @@ def test_resume_after_the_driver_dies(tmp_path, sig):
             assert len(starts) == 2 and starts[0] == 0 and starts[1] >= seen_step > 0, run
             history = files.read_json(run / "result.json")["history"]
             assert [h["step"] for h in history] == list(range(10, 301, 10))  # every eval exactly once
-        assert files.read_json(study_dir / files.STUDY)["options"]["sequential_stages"] is False
 
         # The table is complete: 2 trials per stage, all completed, finetuning from the best pretraining.
         rows = results.collect(study_dir)

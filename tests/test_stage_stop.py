@@ -1,42 +1,38 @@
-"""Stopping a concurrent stage: its Tune loop ends at a step boundary (a callback), never inside a write."""
-
-import threading
+"""Stopping the engine's Tune run: its loop ends at a step boundary (a callback), never inside a write."""
 
 import pytest
 import ray.cloudpickle as cloudpickle
 
-from sptune.tune import pipeline, stopping_stages
+from sptune.tune import stopping_stages
 
 
-def test_the_stop_callback_raises_only_once_its_study_is_stopping(tmp_path):
-    key = stopping_stages.key(tmp_path, "scratch")
+def test_the_stop_callback_raises_only_once_its_run_is_stopping(tmp_path):
+    key = stopping_stages.key(tmp_path, "experiment")
     callback = stopping_stages.StopAtStepBoundary(key)
-    callback.on_step_begin(iteration=0, trials=[])  # no event registered: runs on
-    stopping = threading.Event()
-    stopping_stages.register(key, stopping)
+    callback.on_step_begin(iteration=0, trials=[])  # nothing registered: runs on
+    stop = stopping_stages.register(key)
     try:
         callback.on_step_begin(iteration=1, trials=[])
-        stopping.set()
+        assert not stopping_stages.is_stopping(key)
+        stop.event.set()
         with pytest.raises(stopping_stages.StageInterrupted):
             callback.on_step_begin(iteration=2, trials=[])
-        # Tune pickles its callbacks with the Tuner; the restored one finds the live event by its key.
+        # Tune pickles its callbacks with the Tuner; the restored one finds the live stop by its key.
         restored = cloudpickle.loads(cloudpickle.dumps(callback))
         with pytest.raises(stopping_stages.StageInterrupted):
             restored.on_step_begin(iteration=3, trials=[])
+        assert not stop.budget_reached
     finally:
-        stopping_stages._events.pop(key, None)
+        stopping_stages.unregister(key)
 
 
-def test_run_concurrently_stops_the_other_chain_cooperatively_when_the_main_chain_fails():
-    seen = []
-
-    def chain(stages, stopping):
-        if stages == ("main",):
-            raise RuntimeError("the chain failed")
-        while not stopping.wait(0.05):  # stands in for a Tune loop whose next step checks the event
-            pass
-        seen.append("stopped")
-
-    with pytest.raises(RuntimeError, match="the chain failed"):
-        pipeline.run_concurrently(chain, [("main",), ("scratch",)])
-    assert seen == ["stopped"]
+def test_a_time_budget_stops_the_run_at_the_first_step_past_its_deadline(tmp_path):
+    key = stopping_stages.key(tmp_path, "experiment")
+    callback = stopping_stages.StopAtStepBoundary(key)
+    stop = stopping_stages.register(key, time_budget_s=1e-9)
+    try:
+        with pytest.raises(stopping_stages.StageInterrupted):
+            callback.on_step_begin(iteration=0, trials=[])
+        assert stop.budget_reached and stopping_stages.is_stopping(key)
+    finally:
+        stopping_stages.unregister(key)

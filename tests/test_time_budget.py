@@ -19,8 +19,7 @@ def test_a_study_stopped_by_its_time_budget_resumes_to_the_end(tmp_path, ray_ins
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump({"task": "listops-mini", "model": "transformer", "num_samples": 1,
                                      "max_concurrent": 1, "stages": {s: ONE for s in pipeline.STAGES}}))
-    state = pipeline.create(str(CONFIG), TINY + LONG_PRETRAINING, tmp_path / "study", str(space),
-                            pipeline.Options(sequential_stages=True))
+    state = pipeline.create(str(CONFIG), TINY + LONG_PRETRAINING, tmp_path / "study", str(space))
     study_dir = tmp_path / "study"
 
     rows = pipeline.run(study_dir, verbose=0, time_budget_s=15)

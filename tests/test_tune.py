@@ -7,7 +7,6 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ import yaml
 from ray_fixtures import CONFIG, REPO, TINY, bare_study, ray_instance, sptune_env  # noqa: F401 (fixture)
 
 from sptune import atomic, files
-from sptune.tune import pipeline, resources, results, search, session, spaces, study_state, trainable
+from sptune.tune import pipeline, results, search, session, spaces, study_state, trainable
 from sptune.cli import main
 from sptune.errors import UserError
 from sptune.registry import MODELS, TASKS
@@ -186,43 +185,19 @@ def ended(row):
     return (Path(row["run_dir"]) / "result.json").stat().st_mtime
 
 
-@pytest.mark.parametrize("sequential", [False, True], ids=["concurrent", "sequential"])
-def test_scratch_runs_beside_the_pretrain_finetune_chain(tmp_path, ray_instance, sequential):
-    # One trial at a time per stage: two stages fit the test's 2 CPUs (resources.room_for_two_stages).
-    state = new_study(tmp_path, options=pipeline.Options(max_failures=0, max_concurrent=1,
-                                                         sequential_stages=sequential))
-    assert state.options.sequential_stages is sequential
-    fn = trainable.stage_trainable
-    if not sequential:  # with sequential stages this pretraining would wait in vain
-        import ray
+def test_scratch_runs_beside_the_pretrain_finetune_chain(tmp_path, ray_instance):
+    # One trial at a time per stage: two stages fit the test's 2 CPUs, in the engine's one Tune run.
+    state = new_study(tmp_path, options=pipeline.Options(max_failures=0, max_concurrent=1))
+    import ray
 
-        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this file
-        fn = pretrain_waiting_for_scratch
-    rows = pipeline.run(state.dir, verbose=0, trainable=fn)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this file
+    rows = pipeline.run(state.dir, verbose=0, trainable=pretrain_waiting_for_scratch)
     assert [r["stage"] for r in rows] == ["pretrain", "finetune", "scratch"]  # each stage ran its own trials
     assert all(r["status"] == "completed" for r in rows)
     assert files.read_json(Path(state.dir) / "study.json")["stage_status"] == dict.fromkeys(pipeline.STAGES, "done")
     pretrain, finetune, scratch = rows
     assert finetune["init_trial"] == pretrain["trial_id"] and started(finetune) > ended(pretrain)
-    if sequential:
-        assert started(scratch) > ended(finetune)
-    else:
-        assert started(scratch) < ended(pretrain)
-
-
-def test_stages_run_together_only_where_two_fit(ray_instance):
-    options = pipeline.resolve_options(pipeline.Options(workers=1, cpus_per_worker=1.0, gpus_per_worker=0.0,
-                                                        max_concurrent=1), spaces.SearchSpace(path="", stages={}))
-    assert resources.room_for_two_stages(options) == (True, "")  # 2 x 1 trial x 1 CPU on 2 CPUs
-    together, why = resources.room_for_two_stages(replace(options, max_concurrent=2))
-    assert not together and "need 4 CPU, the cluster has 2 CPU" in why  # one stage fills the cluster
-
-
-def test_a_study_from_before_concurrent_stages_resumes_sequentially():
-    old = pipeline.resolve_options(pipeline.Options(), spaces.SearchSpace(path="", stages={})).to_dict()
-    del old["sequential_stages"]  # study.json as written before stages could run concurrently
-    assert pipeline.Resolved.from_dict(old).sequential_stages
-    assert not pipeline.Resolved.from_dict({**old, "sequential_stages": False}).sequential_stages
+    assert started(scratch) < ended(pretrain)
 
 
 def test_diverged_trial_is_failed_and_the_search_continues(tmp_path, ray_instance):

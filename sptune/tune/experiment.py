@@ -1,26 +1,24 @@
-"""One Ray Tune run for every cell of an experiment: the cells' trials share the cluster's slots.
+"""The engine: the one Ray Tune run of a driver, serving every cell of an experiment. A study is an
+experiment of one cell (its own directory); `--seeds` adds one cell per seed. Tune runs once per driver
+process, in its main thread: several Tuners at once are not supported by Ray (Tune FAQ, "multi-tenancy").
 
-Running the cells' studies one after another leaves slots idle whenever a cell waits on itself
-(finetuning starts only once its pretraining selection is final). Several Tuners at once are not
-supported by Ray (Tune FAQ, "multi-tenancy"). So one Tuner runs the whole experiment, and its searcher,
-`ExperimentSearcher`, knows the cells and their stages:
+    CellsSearcher    one searcher per (cell, stage) (search.make_searcher behind its max_concurrent limit,
+                     on the cell's own Optuna journal), asked in PRIORITY order; a stage is proposed once
+                     the protocol lets it start (sptune.protocol: finetuning after its cell's pretraining
+                     has ended and its selection is written to the cell's study.json)
+    GroupScheduler   ASHA per (cell, stage) where the cell's options ask for it (sptune.tune.routing)
+    GroupCallbacks   per (cell, stage): trial outcomes, trackers, and a stage's progress bar (one cell)
+    signals          sptune.tune.interrupts: Ctrl-C / SIGTERM end the loop at a step boundary
 
-    pretrain and scratch   proposed from the start, for every cell
-    finetune               proposed once every pretraining trial of the cell has finished and the
-                           selection (pipeline.select_pretraining) is written to the cell's study.json
+Each trial runs as its cell's study runs it (pipeline.trial_spec), so every cell directory is a study
+directory: study.json with its stage states and selection, <stage>/<trial run dir>/, results via
+sptune.tune.results.collect. A stage is marked done when its last trial ends, after ASHA's stopped
+trials got their test metric (sptune.tune.stopped); never while the run is stopping.
 
-Each (cell, stage) keeps its own searcher (search.make_searcher, behind its max_concurrent limit) on the
-cell's own Optuna journal, and each trial runs as the cell's study would run it (pipeline.trial_spec), so
-every cell directory stays a study directory: study.json with its stage states and selection,
-<stage>/<trial run dir>/, results via sptune.tune.results.collect.
-
-ASHA is not used here: one scheduler would compare trials of different cells and stages (different
-tasks, metrics and budgets). Every trial runs to its last step.
-
-Resume: the experiment's Tune run (experiment dir/tune/experiment) is restored with Tuner.restore; the
-searcher is saved with Tune's snapshots (save/restore) and each sub-searcher reopens its journal.
-Adding cells (more seeds) to a finished experiment starts a second Tune run, tune/experiment-2, for the
-cells the first did not serve (tune/runs.json records which run serves which cells).
+Resume: the Tune run (<dir>/tune/experiment) is restored with Tuner.restore; the searcher is saved with
+Tune's snapshots (save/restore) and each sub-searcher reopens its journal. Adding cells (more seeds) to a
+finished experiment starts a second Tune run, tune/experiment-2, for the cells the first did not serve
+(tune/runs.json records which run serves which cells).
 """
 
 from __future__ import annotations
@@ -28,7 +26,6 @@ from __future__ import annotations
 import logging
 import os
 import pickle
-import threading
 import traceback
 from contextlib import contextmanager
 from functools import partial
@@ -37,9 +34,11 @@ from typing import Any, Callable, Iterator
 
 from ray.tune.search import Searcher
 
-from sptune import atomic, files, output
+from sptune import atomic, files, output, protocol
 from sptune.config import STAGES
-from sptune.tune import outcomes, pipeline, search, spaces, stopping_stages, study_state
+from sptune.tune import interrupts, loggers, outcomes, pipeline, resources, search, spaces, stopped
+from sptune.tune import stopping_stages, study_state
+from sptune.tune.routing import Group, GroupCallbacks, GroupScheduler
 from sptune.tune.study_state import StudyState
 from sptune.tune.trainable import LINEAGE_KEY, stage_trainable, trial_resources
 
@@ -59,12 +58,19 @@ def stage_finished(status: Any) -> bool:
     return str(status) == DONE or str(status).startswith("skipped")
 
 
-class CellsSearcher(Searcher):
-    """The composite searcher over `cell_dirs` ({cell key: study directory with its study.json})."""
+def cell_finished(state: StudyState) -> bool:
+    """Every stage of the cell's study is done or skipped."""
+    return all(stage_finished(state.stage_status.get(stage)) for stage in STAGES)
 
-    def __init__(self, cell_dirs: dict[str, Path]) -> None:
+
+class CellsSearcher(Searcher):
+    """The composite searcher over `cell_dirs` ({cell key: study directory with its study.json}); `stop_key`
+    names the run's stopping event (stopping_stages), `stages` the stages this run may propose."""
+
+    def __init__(self, cell_dirs: dict[str, Path], stop_key: str = "", stages: tuple[str, ...] = STAGES) -> None:
         super().__init__(metric=search.METRIC, mode=search.MODE)
         self.cell_dirs = {key: str(path) for key, path in cell_dirs.items()}
+        self.stop_key, self.stages = stop_key, tuple(stages)
         self.subs: dict[str, Any] = {}  # "<cell>/<stage>" -> its limited Optuna searcher
         self.exhausted: set[str] = set()  # sub-searchers that proposed all their trials or said FINISHED
         self.remaining: dict[str, int] = {}  # trials a sub-searcher may still propose (the stage's count)
@@ -92,6 +98,8 @@ class CellsSearcher(Searcher):
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None,
                           error: bool = False) -> None:
+        if stopping_stages.is_stopping(self.stop_key):
+            return  # a trial ended by the stop is not finished: Optuna and the stage states must not count it
         group = self.live.pop(trial_id, None)
         if group not in self.subs:
             return
@@ -106,7 +114,7 @@ class CellsSearcher(Searcher):
         group = f"{cell}/{stage}"
         try:
             state = self._state(cell)
-            if stage in state.stage_status:
+            if stage in state.stage_status or stage not in self.stages:
                 return None
             if group in self.exhausted:
                 return "waiting"  # its last trials still run
@@ -131,12 +139,11 @@ class CellsSearcher(Searcher):
     def _open(self, cell: str, stage: str, state: StudyState) -> bool:
         """Create the stage's searcher if it can start now (finetuning: once pretraining is over)."""
         study_dir = Path(self.cell_dirs[cell])
-        if stage == "finetune":
-            if not stage_finished(state.stage_status.get("pretrain")):
-                return False
-            if not pipeline.select_pretraining(study_dir, state):
-                study_state.set_stage_status(study_dir, state, stage, "skipped: no pretraining trial completed")
-                return False
+        if not protocol.can_start(stage, lambda before: stage_finished(state.stage_status.get(before))):
+            return False
+        if protocol.prerequisite(stage) and not pipeline.select_pretraining(study_dir, state):
+            study_state.set_stage_status(study_dir, state, stage, protocol.NO_PRETRAINING)
+            return False
         options = state.options
         stage_space = spaces.parse({"stages": {stage: state.space["stages"][stage]}}).stages[stage]
         self.remaining[f"{cell}/{stage}"] = spaces.trial_count(stage_space, options.num_samples)
@@ -148,10 +155,13 @@ class CellsSearcher(Searcher):
         return True
 
     def _close_if_done(self, group: str) -> None:
+        """Its last trial ended: ASHA's stopped trials get their test metric, then the stage is done."""
         cell, stage = group.rsplit("/", 1)
         state = self._state(cell)
         if group in self.exhausted and group not in self.live.values() and stage not in state.stage_status:
-            study_state.set_stage_status(Path(self.cell_dirs[cell]), state, stage, DONE)
+            study_dir = Path(self.cell_dirs[cell])
+            stopped.test_stopped(study_dir, stage, pipeline.trial_spec(study_dir, state, stage))
+            study_state.set_stage_status(study_dir, state, stage, DONE)
 
     def _state(self, cell: str) -> StudyState:
         """Read once: re-reading every cell's study.json per suggestion would grow with the cells."""
@@ -202,76 +212,87 @@ def trial_placement(resources: dict[str, dict[str, float]], config: dict[str, An
     return PlacementGroupFactory([resources[config[LINEAGE_KEY]["cell"]]])
 
 
-def make_outcomes_callback():
-    """sptune.tune.outcomes per (cell, stage), each built from that stage's spec when first needed."""
-    from ray.tune import Callback
+def group_scheduler(group: Group) -> Any:
+    """ASHA for a (cell, stage) whose options ask for it at its trial count, else None (FIFO)."""
+    study_dir, stage = group
+    state = study_state.load(study_dir)
+    parsed = spaces.parse({"stages": {stage: state.space["stages"][stage]}}).stages[stage]
+    return search.make_scheduler(spaces.stage_asha(state.options, spaces.trial_count(parsed, state.options.num_samples)))
 
-    class CellOutcomes(Callback):
-        def __init__(self) -> None:
-            self.callbacks: dict[tuple[str, str], Any] = {}
 
-        def _of(self, trial: Any) -> Any:
-            study_dir, stage = cell_of(trial.config)
-            key = (str(study_dir), stage)
-            if key not in self.callbacks:
-                spec = pipeline.trial_spec(study_dir, study_state.load(study_dir), stage)
-                self.callbacks[key] = outcomes.make_outcomes_callback(spec)
-            return self.callbacks[key]
+def group_callbacks(progress: bool, group: Group) -> list:
+    """A (cell, stage)'s callbacks: how each trial ended, the cell's tracker, and (`progress`) its stage's bar."""
+    from sptune.tune.progress import StageProgress
 
-        def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-            self._of(trial).on_trial_error(iteration, trials, trial, **info)
-
-        def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-            self._of(trial).on_trial_complete(iteration, trials, trial, **info)
-
-    return CellOutcomes()
+    study_dir, stage = Path(group[0]), group[1]
+    state = study_state.load(study_dir)
+    made = [outcomes.make_outcomes_callback(pipeline.trial_spec(study_dir, state, stage)),
+            *loggers.callbacks(state.options.logger, study_dir, stage)]
+    if progress:
+        parsed = spaces.parse({"stages": {stage: state.space["stages"][stage]}}).stages[stage]
+        made.append(StageProgress(stage, spaces.trial_count(parsed, state.options.num_samples)))
+    return made
 
 
 def run(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callable[..., None] = stage_trainable,
-        verbose: int = 0, time_budget_s: float | None = None) -> None:
-    """Run (or continue, from experiment_dir/tune/experiment) every stage of every cell in one Tune run.
-    Every cell directory must already hold its study.json (pipeline.create)."""
+        verbose: int = 0, time_budget_s: float | None = None, stages: tuple[str, ...] = STAGES) -> None:
+    """Run (or continue, from experiment_dir/tune/<run>) every stage of every cell in one Tune run, in this
+    (the main) thread. Every cell directory must already hold its study.json (pipeline.create). `stages`
+    limits what this run proposes (a test running one stage's search). Raises interrupts.Interrupted when a
+    signal stopped the run (its trials continue on a resume); a time budget ends it cleanly."""
     from ray import tune as ray_tune
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
     states = {key: study_state.load(path) for key, path in cell_dirs.items()}
-    if any(state.options.asha for state in states.values()):
-        log.info("ASHA is off in an experiment's Tune run: one scheduler would compare trials of different "
-                 "cells and stages; every trial runs its full budget (a single `sptune study` keeps ASHA)")
-    resources = {key: trial_resources(pipeline.trial_spec(path, states[key], "scratch"))
+    resources.check_cluster(max(state.options.gpus_per_worker for state in states.values()))
+    for state in states.values():
+        loggers.prepare(state.options.logger)
+        loggers.create_experiment(state.options.logger, Path(state.dir))
+    placement = {key: trial_resources(pipeline.trial_spec(path, states[key], "scratch"))
                  for key, path in cell_dirs.items()}
     fn = ray_tune.with_resources(ray_tune.with_parameters(cell_trainable, stage_fn=stage_fn),
-                                 partial(trial_placement, resources))
+                                 partial(trial_placement, placement))
     storage = experiment_dir / "tune"
     name = tune_run_name(storage, sorted(cell_dirs))
-    stop_key = stopping_stages.key(experiment_dir, name)  # --time-budget ends the run at a step boundary
+    stop_key = stopping_stages.key(experiment_dir, name)  # signals and --time-budget end the run at a step boundary
     if ray_tune.Tuner.can_restore(str(storage / name)):
-        log.info("restoring the experiment's Tune run from %s", storage / name)
+        log.info("restoring the Tune run from %s", storage / name)
         tuner = ray_tune.Tuner.restore(str(storage / name), fn, resume_unfinished=True, resume_errored=True)
     else:
+        groups = [(str(Path(path)), stage) for path in cell_dirs.values() for stage in stages]
         tuner = ray_tune.Tuner(fn, tune_config=ray_tune.TuneConfig(
-            search_alg=CellsSearcher(cell_dirs), num_samples=total_trials(states), reuse_actors=True,
+            search_alg=CellsSearcher(cell_dirs, stop_key, stages), num_samples=total_trials(states),
+            scheduler=GroupScheduler(group_scheduler), reuse_actors=True,
             trial_dirname_creator=_trial_name, trial_name_creator=_trial_name),
             run_config=ray_tune.RunConfig(
                 name=name, storage_path=str(storage), verbose=verbose,
                 failure_config=ray_tune.FailureConfig(max_failures=max_failures(states)),
                 checkpoint_config=ray_tune.CheckpointConfig(num_to_keep=1),
+                # Tune's own TensorBoard logger is left out: a study's TensorBoard runs are its trials'.
                 callbacks=[stopping_stages.StopAtStepBoundary(stop_key), JsonLoggerCallback(), CSVLoggerCallback(),
-                           make_outcomes_callback()]))
+                           GroupCallbacks(partial(group_callbacks, len(cell_dirs) == 1),
+                                          groups if len(cell_dirs) == 1 else [])]))
+    fit(tuner, stop_key, concurrency_bound(states), time_budget_s)
+
+
+def fit(tuner: Any, stop_key: str, concurrency: int, time_budget_s: float | None) -> None:
+    """tuner.fit() with the run's stop shared by the signal handler and the time budget."""
+    stop = stopping_stages.register(stop_key, time_budget_s)
     # Tune keeps one trial pending at a time behind a custom searcher (tune_controller.get_max_pending_trials):
     # a slot freed while another trial's actor starts would wait for it. The cells' own limits bound the
     # pending trials instead (queued trials are also what makes an autoscaler add nodes).
-    stopping = threading.Event()
-    stopping_stages.register(stop_key, stopping)
-    with pending_trials(min(MAX_PENDING, concurrency_bound(states))), \
-            pipeline.time_budget(time_budget_s, stopping) as budget:
-        try:
-            tuner.fit()
-        except Exception:
-            if not budget.is_set():
-                raise
-    if budget.is_set():  # the Tune loop ended at a step boundary; rerunning the command continues it
-        output.say(f"time budget of {time_budget_s:g} s reached: stopped cleanly; rerun the same command to continue")
+    try:
+        with pending_trials(min(MAX_PENDING, concurrency)), interrupts.deferred_to(stop.event):
+            try:
+                tuner.fit()
+            except Exception:
+                if not stop.event.is_set():
+                    raise
+    finally:
+        stopping_stages.unregister(stop_key)
+    interrupts.raise_if_received()  # the loop ended at a step boundary because of a signal
+    if stop.budget_reached:
+        output.say(f"time budget of {time_budget_s:g} s reached: stopped cleanly; resume to continue")
 
 
 def tune_run_name(storage: Path, cells: list[str]) -> str:

@@ -30,7 +30,6 @@ class Options:
     train_path: str = "auto"  # "auto" | "direct" | "train"
     smoke: bool = False  # `sptune study --smoke`: tiny model, 8 steps, 2 trials per stage
     logger: str = "tensorboard"  # experiment tracker (sptune.tune.loggers)
-    sequential_stages: bool = False  # True: the scratch search waits for finetuning instead of running beside it
     time_budget_s: float | None = None  # wall seconds for one driver run (a study, a resume, an experiment)
 
 
@@ -51,8 +50,6 @@ class Resolved:
     max_failures: int
     smoke: bool
     logger: str = "tensorboard"
-    # A study created before stages could run concurrently has no such key: it goes on as it started.
-    sequential_stages: bool = True
     path: str  # "direct" | "train": how a trial trains (sptune.tune.trainable)
 
     def to_dict(self) -> dict[str, Any]:
@@ -83,8 +80,6 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--train-path", choices=PATHS, default=defaults.train_path,
                         help="direct: run in the Tune trial; train: Ray Train TorchTrainer (auto: direct for one "
                              "CPU worker)")
-    parser.add_argument("--sequential-stages", action="store_true",
-                        help="run the scratch search after finetuning, not beside the pretrain -> finetune chain")
     parser.add_argument("--time-budget", dest="time_budget_s", type=float, metavar="SECONDS",
                         help="stop cleanly after this many wall seconds of this driver run (trials keep their "
                              "checkpoints; `sptune resume` or rerunning continues)")

@@ -4,8 +4,6 @@ that holds GPUs trains on them (or fails with the reason), one that holds none t
     check_cluster(gpus_per_worker)   the driver, before any trial: a one-line UserError when no node
                                      has, and no autoscaler node type offers, that many GPUs
     trial_device(requested)          in a trial: the run.device to train with, or why it cannot
-    room_for_two_stages(options)     the driver: whether a stage and the scratch search can run their
-                                     trials at the same time, and if not, why
 
 Ray hands out GPUs as a resource count; whether torch can use them is another matter (a CPU build of
 torch, a missing driver). Without these checks a GPU trial on a CUDA-less torch trains on CPU without
@@ -77,30 +75,6 @@ def check_cluster(gpus_per_worker: float) -> None:
     raise UserError(f"each trial worker needs {gpus_per_worker:g} GPU(s), but no node of this Ray cluster has "
                     f"that many (largest: {max(nodes, default=0.0):g}) and {where}; start a GPU cluster "
                     f"(cluster.yaml) and pass --address, or run on CPU with --gpus-per-worker 0")
-
-
-def room_for_two_stages(options: Any) -> tuple[bool, str]:
-    """Whether the cluster can run two stages' trials at once (each stage up to its max_concurrent; options:
-    a study's sptune.tune.options.Resolved);
-    the reason when it cannot. A cluster that autoscales (or whose autoscaler cannot be read from here)
-    has room: the second stage's waiting trials are what make it add nodes. On a machine that one
-    stage fills, running two at once only splits the same cores (measured on the 2-core demo study:
-    524.5 s concurrent vs 492.2 s sequential), so the stages then run one after another."""
-    import ray
-
-    per_trial = {"CPU": options.workers * options.cpus_per_worker,
-                 "GPU": options.workers * options.gpus_per_worker}
-    needed = {kind: 2 * options.max_concurrent * amount for kind, amount in per_trial.items() if amount > 0}
-    have = ray.cluster_resources()
-    short = {kind: amount for kind, amount in needed.items() if have.get(kind, 0.0) < amount}
-    if not short or autoscaler_node_types() != {}:
-        return True, ""
-    return False, ("stages run one after another: two stages of up to {} trials need {}, the cluster has {}"
-                   .format(options.max_concurrent, _amounts(needed), _amounts(have, needed)))
-
-
-def _amounts(amounts: dict[str, float], kinds: dict[str, float] | None = None) -> str:
-    return ", ".join(f"{amounts.get(kind, 0.0):g} {kind}" for kind in (kinds or amounts))
 
 
 def _describe(offered: dict[str, float]) -> str:

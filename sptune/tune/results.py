@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 from pathlib import Path
 from typing import Any, Sequence
 
-from sptune import files, selection
+from sptune import files, protocol
 from sptune.tune import boundary, study_state
 from sptune.tune.study_state import StudyState
 from sptune.tune.trial_rows import COLUMNS, RESULT_KEYS, TrialRow
@@ -107,15 +106,8 @@ def param_keys(rows: list[TrialRow]) -> list[str]:
 
 
 def best_row(rows: list[TrialRow], stage: str) -> tuple[TrialRow | None, str]:
-    """The selected trial of a stage among its completed ones, and what selected it (sptune.selection)."""
-    done = [r for r in rows if r["stage"] == stage and r.get("status") == "completed" and _num(r.get("best_val"))]
-    # Trials of a stage share the validation set; the smallest resolution is the safe one if they did not.
-    tol = min((selection.tolerance(r["metric"], r.get("val_targets")) for r in done), default=0.0)
-    return selection.select(done, lambda r: (r["best_val"], r.get("best_val_loss")), tol)
-
-
-def _num(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not math.isnan(value)
+    """The selected trial of a stage among its completed ones, and what selected it (sptune.protocol)."""
+    return protocol.select([r for r in rows if r["stage"] == stage])
 
 
 def write_csv(rows: list[TrialRow], path: str | Path, prefix: Sequence[str] = ()) -> Path:

@@ -1,4 +1,5 @@
-"""A multi-seed study: the same SPT study (sptune.tune.pipeline) once per seed, plus a paired summary.
+"""A multi-seed study: the same SPT study (sptune.tune.pipeline) once per seed, each seed a cell of the
+engine's one Tune run (sptune.tune.experiment), plus a paired summary.
 
     sptune study configs/shapes_tiny_transformer.yaml --seeds 0 1 2 3 4 --dir runs/seeds
     sptune resume runs/seeds          # finished seeds are kept, an interrupted one continues
@@ -6,8 +7,8 @@
 
 Layout: <dir>/seeds.json (what was asked), <dir>/seed-<s>/ one complete study directory per seed
 (its own study.json, trials, results.csv; `run.seed=<s>` appended to the overrides), and the
-summary files (the pairs and statistics of sptune.pairs). Each seed's study is exactly the single-seed protocol; this layer only
-loops over seeds, shares one Ray instance among them and writes the paired statistics.
+summary files (the pairs and statistics of sptune.pairs). Each seed's study is exactly the single-seed
+protocol; this layer only makes the seed cells and writes the paired statistics.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from sptune import atomic, files, pairs
 from sptune.atomic import write_text as write_text_atomic
@@ -49,16 +50,23 @@ def create(config_path: str, overrides: list[str], parent: str | Path, seed_list
 
 
 def run(parent: str | Path, address: str | None = None, verbose: int = 1,
-        on_seed: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """Run (or continue) every seed's study inside one Ray instance, then write the summary files."""
+        time_budget_s: float | None = None) -> dict[str, Any]:
+    """Run (or continue) every seed's study as a cell of the engine's one Tune run, then write the summary
+    files (and each seed's results.csv)."""
+    from sptune.tune import experiment
+
     parent = Path(parent).resolve()
     spec = files.read_json(parent / files.SEEDS)
+    cells = {seed_dir_name(seed): parent / seed_dir_name(seed) for seed in spec["seeds"]}
     start = time.perf_counter()
     with session.ray_session(parent, address):
-        for seed in spec["seeds"]:
-            if on_seed is not None:
-                on_seed(seed)
-            pipeline.run(parent / seed_dir_name(seed), address=address, verbose=verbose)
+        todo = {key: path for key, path in cells.items() if not experiment.cell_finished(study_state.load(path))}
+        try:
+            if todo:
+                experiment.run(parent, todo, verbose=verbose, time_budget_s=time_budget_s)
+        finally:
+            for path in cells.values():
+                results.write_csv(results.collect(path), path / files.RESULTS_CSV)
     return report(parent, wall_seconds=(spec.get("wall_seconds") or 0.0) + time.perf_counter() - start)
 
 

@@ -28,6 +28,7 @@ from typing import Iterable, Iterator
 
 from sptune import atomic, files
 from sptune.errors import UserError
+from sptune.tune import interrupts
 
 log = logging.getLogger("sptune.tune")
 
@@ -62,8 +63,8 @@ def ray_session(run_dir: str | Path, address: str | None = None) -> Iterator[Non
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     # Ray Train's checkpoints (the train path) force an experiment snapshot each (num_to_keep=1): wanted.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    # Ctrl-C must raise, not end Tune's loop "normally": a stage that returns is marked done.
-    os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
+    # One signal handler, sptune.tune.interrupts: Tune's own would end its loop "normally".
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
     if ray.is_initialized():
         yield
         return
@@ -86,6 +87,8 @@ def ray_session(run_dir: str | Path, address: str | None = None) -> Iterator[Non
         # Recorded for a later cleanup: if this driver is killed, the raylet's agents outlive it.
         driver["raylet_pids"] = [pid for pid in ray_processes(tag) if _cmdline(pid).split(" ")[0].endswith("/raylet")]
         atomic.write_json(run_dir / files.DRIVER, driver)
+        interrupts.install()  # ray.init set its own SIGTERM handler (sys.exit): the driver keeps one path
+        interrupts.raise_if_received()  # a signal that came while Ray started
         yield
     finally:
         ray.shutdown()

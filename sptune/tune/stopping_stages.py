@@ -1,42 +1,68 @@
-"""Stopping a study's concurrent stage without interrupting a write: its Tune loop ends at a step boundary.
+"""Stopping the engine's Tune run without interrupting a write: its loop ends at a step boundary.
 
-When the pretrain -> finetune chain stops (Ctrl-C, an error), the scratch stage running beside it in a
-second thread must stop too and stay unfinished for a resume. Tune runs its callbacks between steps, so
-StopAtStepBoundary raises there, never inside a checkpoint or experiment-state write; tune.run's
-`except Exception` then stops the stage's trial actors and re-raises.
+A signal (sptune.tune.interrupts) sets the run's stopping event; a time budget sets a deadline. Tune runs
+its callbacks between steps, so StopAtStepBoundary raises there, never inside a checkpoint or an
+experiment-state write; tune.run's `except Exception` then stops the trial actors and re-raises, and the
+run's unfinished trials continue on a resume.
 
 Tune pickles its callbacks with the Tuner (they come back on restore) and an Event cannot be pickled,
-so the callback holds a key and finds the study's live event in this module's registry.
+so the callback holds a key and finds the run's live stop in this module's registry.
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ray.tune import Callback
 
-_events: dict[str, threading.Event] = {}
+
+@dataclass
+class Stop:
+    event: threading.Event = field(default_factory=threading.Event)  # set by a signal, or when the deadline passed
+    deadline: float | None = None  # time.monotonic() at which the run's time budget ends
+    budget_reached: bool = False
+
+
+_stops: dict[str, Stop] = {}
 
 
 class StageInterrupted(Exception):
-    """Raised inside a stage's Tune loop, at a step boundary, when its study is stopping."""
+    """Raised inside the Tune loop, at a step boundary, when its run is stopping."""
 
 
-def key(study_dir: str | Path, stage: str) -> str:
-    return f"{Path(study_dir).resolve()}::{stage}"
+def key(run_dir: str | Path, name: str) -> str:
+    return f"{Path(run_dir).resolve()}::{name}"
 
 
-def register(stage_key: str, stopping: threading.Event) -> None:
-    _events[stage_key] = stopping
+def register(run_key: str, time_budget_s: float | None = None) -> Stop:
+    stop = Stop(deadline=time.monotonic() + time_budget_s if time_budget_s else None)
+    _stops[run_key] = stop
+    return stop
+
+
+def unregister(run_key: str) -> None:
+    _stops.pop(run_key, None)
+
+
+def is_stopping(run_key: str) -> bool:
+    stop = _stops.get(run_key)
+    return stop is not None and stop.event.is_set()
 
 
 class StopAtStepBoundary(Callback):
-    def __init__(self, stage_key: str) -> None:
-        self.stage_key = stage_key
+    def __init__(self, run_key: str) -> None:
+        self.run_key = run_key
 
     def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
-        event = _events.get(self.stage_key)
-        if event is not None and event.is_set():
-            raise StageInterrupted(f"{self.stage_key}: the study is stopping")
+        stop = _stops.get(self.run_key)
+        if stop is None:
+            return
+        if stop.deadline is not None and time.monotonic() >= stop.deadline and not stop.event.is_set():
+            stop.budget_reached = True
+            stop.event.set()
+        if stop.event.is_set():
+            raise StageInterrupted(f"{self.run_key}: the run is stopping")

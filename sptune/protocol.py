@@ -1,0 +1,58 @@
+"""The SPT protocol's order, in one place (paper §2, Appendix C.1): both the plain path
+(`sptune.train.run_protocol`, one run per stage) and the Ray engine (`sptune.tune.experiment`, a search
+per stage) ask this module which stage waits for which and which candidate is selected.
+
+    pretrain   denoising on the task's own training inputs; needs nothing
+    finetune   starts from the selected pretraining candidate's best-validation checkpoint (best.pt), so it
+               waits until pretraining has ended and one of its candidates completed; with none, it is
+               skipped and the SPT arm reported as failed with pretraining's reason
+    scratch    random init, the baseline; needs nothing, so it runs beside the pretrain -> finetune chain
+
+Selection (sptune.selection): among a stage's completed candidates, the higher validation metric, a tie
+(within the metric's resolution) broken by the lower validation loss, then by order. Test is never read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from sptune import files, selection
+from sptune.config import STAGES
+
+# stage -> the stage whose selected candidate it starts from
+STARTS_FROM = {"finetune": "pretrain"}
+NO_PRETRAINING = "skipped: no pretraining trial completed"
+
+
+def prerequisite(stage: str) -> str | None:
+    return STARTS_FROM.get(stage)
+
+
+def can_start(stage: str, ended: Callable[[str], bool]) -> bool:
+    """Whether `stage` may start, given which stages have ended (`ended(stage)`)."""
+    before = prerequisite(stage)
+    return before is None or ended(before)
+
+
+def ordered(stages: Sequence[str]) -> list[str]:
+    """`stages` in the protocol's order (a stage after the one it starts from)."""
+    return [s for s in STAGES if s in stages]
+
+
+def select(candidates: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any] | None, str]:
+    """The selected candidate among completed ones (result.json or a results row: status, metric, best_val,
+    best_val_loss, val_targets) and what selected it (sptune.selection's wording)."""
+    done = [c for c in candidates if c.get("status") == "completed" and _number(c.get("best_val"))]
+    # Candidates of a stage share the validation set; the smallest resolution is the safe one if they did not.
+    tol = min((selection.tolerance(c["metric"], c.get("val_targets")) for c in done), default=0.0)
+    return selection.select(done, lambda c: (c["best_val"], c.get("best_val_loss")), tol)
+
+
+def init_checkpoint(selected_run_dir: str | Path) -> Path:
+    """Where the dependent stage starts: the selected run's best-validation checkpoint."""
+    return Path(selected_run_dir) / files.BEST
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and value == value  # NaN is not a number here
