@@ -40,10 +40,15 @@ def ordered(stages: Sequence[str]) -> list[str]:
     return [s for s in STAGES if s in stages]
 
 
+def completed(candidate: Mapping[str, Any] | None) -> bool:
+    """A run or trial that reached its end (a plain run's only candidate: nothing to choose between)."""
+    return candidate is not None and candidate.get("status") == "completed"
+
+
 def select(candidates: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any] | None, str]:
     """The selected candidate among completed ones (result.json or a results row: status, metric, best_val,
     best_val_loss, val_targets) and what selected it (sptune.selection's wording)."""
-    done = [c for c in candidates if c.get("status") == "completed" and _number(c.get("best_val"))]
+    done = [c for c in candidates if completed(c) and _number(c.get("best_val"))]
     # Candidates of a stage share the validation set; the smallest resolution is the safe one if they did not.
     tol = min((selection.tolerance(c["metric"], c.get("val_targets")) for c in done), default=0.0)
     return selection.select(done, lambda c: (c["best_val"], c.get("best_val_loss")), tol)

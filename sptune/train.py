@@ -87,10 +87,9 @@ def run_protocol(config_of: Callable[[str], Config], stages: Sequence[str] = STA
         init_from = None
         before = protocol.prerequisite(stage)
         if before is not None:
-            selected, _ = protocol.select([results[before]] if before in results else [])
-            if selected is None:
+            if not protocol.completed(results.get(before)):
                 continue  # nothing to start from; the caller shows the SPT arm as failed, with pretraining's reason
-            init_from = run_dir_of(before) or Path(selected["run_dir"])
+            init_from = run_dir_of(before) or Path(results[before]["run_dir"])
         results[stage] = run_stage(config_of(stage), stage, init_from=init_from, run_dir=run_dir, restart=restart)
     return results
 

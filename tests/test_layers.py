@@ -13,6 +13,7 @@ LAYERS = [
     ["sptune.errors", "sptune.files", "sptune.atomic", "sptune.config", "sptune.stats", "sptune.selection",
      "sptune.multiplier", "sptune.output", "sptune.flops", "sptune.pairs", "sptune.fingerprint",
      "sptune.checkpoints"],  # pure helpers: no task, model, training or Ray code
+    ["sptune.protocol"],  # the SPT protocol's order and selection rule (plain runs and the engine ask it)
     ["sptune.tasks", "sptune.models", "sptune.objectives"],
     ["sptune.registry", "sptune.build", "sptune.data", "sptune.baselines", "sptune.runs"],
     ["sptune.train_setup", "sptune.train"],  # the stage functions, no Ray

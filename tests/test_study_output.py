@@ -240,7 +240,8 @@ def test_wandb_offline_runs(tmp_path, ray_instance, monkeypatch):
         return {item.key or ".".join(item.nested_key): json.loads(item.value_json) for item in entries}
 
     config = {k: v for r in records if r.HasField("config") for k, v in items(r.config.update).items()}
-    assert config["optim.lr"] == 1e-3 and config["study"] == {"name": "study", "stage": "scratch"}
+    assert config["optim.lr"] == 1e-3 and config["study"] == {"name": "study", "stage": "scratch", "cell": "study",
+                                                          "study_dir": str(study_dir)}
     history = [items(r.history.item) for r in records if r.HasField("history")]
     (row,) = results.collect(study_dir)
     assert [h["step"] for h in history if "val_metric" in h] == [4, 8]  # every eval

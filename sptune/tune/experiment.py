@@ -74,7 +74,8 @@ class CellsSearcher(Searcher):
         self.subs: dict[str, Any] = {}  # "<cell>/<stage>" -> its limited Optuna searcher
         self.exhausted: set[str] = set()  # sub-searchers that proposed all their trials or said FINISHED
         self.remaining: dict[str, int] = {}  # trials a sub-searcher may still propose (the stage's count)
-        self.live: dict[str, str] = {}  # Tune trial id -> "<cell>/<stage>"
+        self.group_of: dict[str, str] = {}  # Tune trial id -> "<cell>/<stage>", kept after the trial ends
+        self.live: set[str] = set()  # trials proposed and not yet ended (an errored one rerun comes back)
         self.failed_cells: set[str] = set()
         self.states: dict[str, StudyState] = {}  # study.json of each cell; this searcher writes them
 
@@ -92,15 +93,17 @@ class CellsSearcher(Searcher):
         return None if waiting else Searcher.FINISHED
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
-        group = self.live.get(trial_id)
+        group = self.group_of.get(trial_id)
         if group in self.subs:
+            self.live.add(trial_id)  # an errored trial that Tune runs again (resume_errored) is live again
             self.subs[group].on_trial_result(trial_id, result)
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None,
                           error: bool = False) -> None:
         if stopping_stages.is_stopping(self.stop_key):
             return  # a trial ended by the stop is not finished: Optuna and the stage states must not count it
-        group = self.live.pop(trial_id, None)
+        group = self.group_of.get(trial_id)
+        self.live.discard(trial_id)
         if group not in self.subs:
             return
         self.subs[group].on_trial_complete(trial_id, result, error=error)
@@ -125,7 +128,8 @@ class CellsSearcher(Searcher):
             self._fail(cell)
             return None
         if isinstance(params, dict):
-            self.live[trial_id] = group
+            self.group_of[trial_id] = group
+            self.live.add(trial_id)
             self.remaining[group] -= 1
             if not self.remaining[group]:
                 self.exhausted.add(group)
@@ -158,7 +162,8 @@ class CellsSearcher(Searcher):
         """Its last trial ended: ASHA's stopped trials get their test metric, then the stage is done."""
         cell, stage = group.rsplit("/", 1)
         state = self._state(cell)
-        if group in self.exhausted and group not in self.live.values() and stage not in state.stage_status:
+        running = any(self.group_of[t] == group for t in self.live)
+        if group in self.exhausted and not running and stage not in state.stage_status:
             study_dir = Path(self.cell_dirs[cell])
             stopped.test_stopped(study_dir, stage, pipeline.trial_spec(study_dir, state, stage))
             study_state.set_stage_status(study_dir, state, stage, DONE)
