@@ -133,7 +133,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--scale", type=float, default=1.0, help="fixture size multiplier")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, seconds: checks the benchmark runs (the test suite uses it); its figures mean nothing")
     args = parser.parse_args()
+    if args.quick:
+        args.scale, args.batch_size = 0.02, 1
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["SPTUNE_DATA"], os.environ["SPTUNE_CACHE"] = f"{tmp}/data", f"{tmp}/cache"

@@ -3,7 +3,7 @@
     python benchmarks/driver_scale.py                      # a 500-trial study, a 100-cell experiment
     python benchmarks/driver_scale.py --trials 200 --cells 40 --slots 8   # smaller, for a loaded machine
 
-Every trial only reports (benchmarks/reporting_trial.py with 0 s of work, injected as pipeline.run's and
+Every trial only reports (benchmarks/reporting_trial.py with 0 s of work, injected as studies.run's and
 run_experiment's `trainable`), so what is timed is Ray Tune, the searchers, the Optuna journal and
 sptune's bookkeeping. A local Ray instance with --slots CPUs runs them (1-CPU trials, max_concurrent =
 slots: full concurrency).
@@ -37,14 +37,16 @@ sys.path.insert(0, str(HERE))
 from reporting_trial import reporting_stage  # noqa: E402
 
 from sptune import files  # noqa: E402
-from sptune.tune import pipeline, results, spaces  # noqa: E402
+from sptune.tune.records import studies, results
+from sptune.tune import spaces  # noqa: E402
 from sptune.tune.options import Options  # noqa: E402
+from sptune.tune.engine import driver
 
 TINY = ["task.name=listops-mini", "model.name=transformer", "model.d_model=16", "model.n_layers=1",
         "model.n_heads=2", "model.d_ff=16", "optim.max_steps=8", "optim.eval_every=4"]
 # The study's resume in a subprocess: the same reporting trials.
 RESUME = ("import sys; sys.path.insert(0, sys.argv[2]); from reporting_trial import reporting_stage; "
-          "from sptune.tune import pipeline; pipeline.run(sys.argv[1], verbose=0, trainable=reporting_stage)")
+          "from sptune.tune import pipeline; driver.run_study(sys.argv[1], verbose=0, trainable=reporting_stage)")
 
 
 def create_study(study_dir: Path, trials: int, slots: int) -> None:
@@ -55,7 +57,7 @@ def create_study(study_dir: Path, trials: int, slots: int) -> None:
                           "stages": {"pretrain": {"params": {"optim.lr": [1e-3]}},
                                      "finetune": {"params": {"optim.lr": [1e-3]}},
                                      "scratch": {"params": {"optim.lr": lrs}}}})
-    pipeline.create(None, TINY, study_dir, options=Options(asha=False), space=space)
+    studies.create(None, TINY, study_dir, options=Options(asha=False), space=space)
 
 
 def rss_mb() -> float:
@@ -96,7 +98,7 @@ def study_figures(tmp: Path, trials: int, slots: int) -> None:
     sampler = Sampler(study_dir / "scratch", marks)
     sampler.start()
     start = time.perf_counter()
-    pipeline.run(study_dir, verbose=0, trainable=reporting_stage)
+    driver.run_study(study_dir, verbose=0, trainable=reporting_stage)
     wall = time.perf_counter() - start
     sampler.done.set()
     print(f"study of {trials + 2} trials: {wall:.1f} s wall, {wall / (trials + 2):.3f} s per trial "
@@ -167,7 +169,10 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=500)
     parser.add_argument("--cells", type=int, default=100)
     parser.add_argument("--slots", type=int, default=8)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, seconds: checks the benchmark runs (the test suite uses it); its figures mean nothing")
     args = parser.parse_args()
+    if args.quick:
+        args.trials, args.cells, args.slots = 4, 2, 2
     import ray
 
     ray.init(num_cpus=args.slots, log_to_driver=False, include_dashboard=False)

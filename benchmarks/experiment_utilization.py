@@ -1,4 +1,4 @@
-"""How well an experiment fills a cluster: one Tune run for all cells (sptune.tune.experiment) vs the
+"""How well an experiment fills a cluster: one Tune run for all cells (sptune.tune.engine.driver) vs the
 old loop, one cell after another.
 
     python benchmarks/experiment_utilization.py                  # 12 cells, 8 slots, 8 s trials
@@ -72,7 +72,10 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=8, help="Ray's CPUs: 1-CPU trials, so trial slots")
     parser.add_argument("--seconds", type=float, default=8.0, help="each trial's work")
     parser.add_argument("--skip-sequential", action="store_true", help="only the concurrent run")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, seconds: checks the benchmark runs (the test suite uses it); its figures mean nothing")
     args = parser.parse_args()
+    if args.quick:
+        args.cells, args.slots, args.seconds, args.skip_sequential = 2, 2, 0.5, True
     import ray
 
     ray.init(num_cpus=args.slots, log_to_driver=False, include_dashboard=False)

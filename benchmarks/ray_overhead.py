@@ -45,21 +45,24 @@ def plain(config: str, overrides: list[str], trials: int, out: Path) -> float:
 
 def tuned(config: str, overrides: list[str], trials: int, out: Path, path: str) -> tuple[float, float, list[float]]:
     from sptune import files
-    from sptune.tune import pipeline, session, trainable
+    from sptune.tune.records import studies
+    from sptune.tune.engine import driver
+    from sptune.tune.engine import session
+    from sptune.tune.trials import trainable
     from sptune.tune.options import Options
 
     space = out / "space.yaml"
     seeds = {"params": {"run.seed": list(range(trials))}}
     space.write_text(yaml.safe_dump({"num_samples": trials, "max_concurrent": 1,
                                      "stages": {"pretrain": seeds, "finetune": seeds, "scratch": seeds}}))
-    state = pipeline.create(config, overrides, out / "study", str(space), Options(train_path=path, max_concurrent=1))
+    state = studies.create(config, overrides, out / "study", str(space), Options(train_path=path, max_concurrent=1))
     start = time.perf_counter()
     # The session every study uses: a local Ray instance, started here so that its start is timed apart.
     with session.ray_session(Path(state.dir)):
         ray_start = time.perf_counter() - start
         begin_wall = time.time()
         begin = time.perf_counter()
-        pipeline.run_stage_search(Path(state.dir), state, "scratch", trainable.stage_trainable, verbose=0)
+        driver.run_stage_search(Path(state.dir), state, "scratch", trainable.stage_trainable, verbose=0)
         total = time.perf_counter() - begin
     runs = sorted((Path(state.dir) / "scratch").iterdir(),
                   key=lambda d: files.read_json(d / "trial.json")["attempts"][0]["started"])
@@ -90,8 +93,13 @@ def main() -> int:
                         help="direct: trial runs the stage itself; train: a TorchTrainer with one worker")
     parser.add_argument("--seconds", type=float, help="trials of about this many seconds: optim.max_steps "
                         "from the warmup's time per step (5 evals per trial), appended to the overrides")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, seconds: checks the benchmark runs (the test suite uses it); its figures mean nothing")
     args = parser.parse_args()
+    if args.quick:
+        args.trials, args.seconds = 1, None
     overrides = args.overrides or DEFAULT_OVERRIDES
+    if args.quick:
+        overrides = [*overrides, "optim.max_steps=4", "optim.eval_every=2", "task.max_val_examples=16"]
     with tempfile.TemporaryDirectory(prefix="ray-overhead-") as tmp:
         out = Path(tmp)
         plain(args.config, overrides, 1, out / "warmup")  # data generated and cached once, outside both timings

@@ -21,7 +21,7 @@
 3. Printed per method and seed: the share of the grid's total compute spent when the best completed
    trial so far (what a study can select: stopped trials are never selected) first came within TOLERANCE
    of the grid's best validation accuracy; then the median over seeds. The last line names the method a
-   study uses by default for this grid (sptune.tune.pipeline.resolve_options) and its median share.
+   study uses by default for this grid (sptune.tune.records.studies.resolve_options) and its median share.
 """
 
 from __future__ import annotations
@@ -44,6 +44,9 @@ CONFIG = REPO / "configs" / "shapes_tiny_transformer.yaml"
 OVERRIDES = ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.d_ff=64", "optim.max_steps=160",
              "optim.eval_every=20", "optim.warmup_steps=10", "task.max_val_examples=200",
              "task.max_test_examples=200", "run.num_threads=1", "run.progress=false"]
+# --quick: the same grid and methods at 16 steps (seconds; the figures mean nothing), for the test suite.
+QUICK_OVERRIDES = ["optim.max_steps=16", "optim.eval_every=2", "optim.warmup_steps=0", "task.max_val_examples=32",
+                   "task.max_test_examples=32"]
 GRID = {"optim.lr": [3.0e-3, 1.0e-3, 3.0e-4, 1.0e-4], "optim.batch_size": [16, 32, 64]}
 SEEDS = (0, 1, 2)
 TOLERANCE = 0.01  # "within 1 point" of accuracy
@@ -120,7 +123,8 @@ def replay(method: str, seed: int, grid: dict[str, dict[str, Any]]) -> list[tupl
     from optuna.distributions import CategoricalDistribution
     from optuna.trial import TrialState
 
-    from sptune.tune import search, spaces
+    from sptune.tune.engine import search
+    from sptune.tune import spaces
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with warnings.catch_warnings():
@@ -184,13 +188,14 @@ def share_to_reach(events: list[tuple[float, float | None]], target: float, grid
 
 def default_method() -> str:
     """What a study runs on this grid by default: the sampler and ASHA that resolve_options picks."""
-    from sptune.tune import pipeline, spaces
+    from sptune.tune.records import studies
+    from sptune.tune import spaces
 
     space = spaces.parse({"stages": {"scratch": {"params": GRID}}}, "<benchmark grid>")
-    options = pipeline.resolve_options(pipeline.Options(num_samples=len(spaces.grid_points(space.stages["scratch"]))),
+    options = studies.resolve_options(studies.Options(num_samples=len(spaces.grid_points(space.stages["scratch"]))),
                                        space)
-    sampler = "grid" if options["sampler"] in ("auto", "brute") else "tpe"
-    trials = spaces.trial_count(space.stages["scratch"], options["num_samples"])
+    sampler = "grid" if options.sampler in ("auto", "brute") else "tpe"
+    trials = spaces.trial_count(space.stages["scratch"], options.num_samples)
     return sampler + ("+asha" if spaces.stage_asha(options, trials) else "")
 
 
@@ -198,7 +203,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--curves", type=Path, help="JSON file of the grid's curves: read if it exists, else written")
     parser.add_argument("--workers", type=int, default=2, help="grid points trained at once (one core each)")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny sizes, seconds: checks the benchmark runs (the test suite uses it); its figures "
+                             "mean nothing")
     args = parser.parse_args()
+    if args.quick:
+        OVERRIDES.extend(QUICK_OVERRIDES)  # before the worker processes fork: they see it
     print(f"config {CONFIG.relative_to(REPO)}, stage scratch, overrides: {' '.join(OVERRIDES)}")
     print(f"grid: {json.dumps(GRID)} ({len(GRID['optim.lr']) * len(GRID['optim.batch_size'])} points)")
     if args.curves and args.curves.is_file():

@@ -196,7 +196,10 @@ def main() -> None:
                         help="torch intra-op threads (default: torch's); 1 is steadier on a shared machine")
     parser.add_argument("--reference-repo", type=Path, default=os.environ.get("S4_REFERENCE_REPO"),
                         help="root of a state-spaces/s4 checkout (default: $S4_REFERENCE_REPO)")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, seconds: checks the benchmark runs (the test suite uses it); its figures mean nothing")
     args = parser.parse_args()
+    if args.quick:
+        args.lengths, args.repeats, args.d_model, args.d_state, args.dlr_state, args.batch = [64], 1, 8, 4, 8, 1
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -101,7 +101,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None,
                         help="torch intra-op threads in every point (default: torch's)")
     parser.add_argument("--point", help=argparse.SUPPRESS)  # internal: run one point, print JSON
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, seconds: checks the benchmark runs (the test suite uses it); its figures mean nothing")
     args = parser.parse_args()
+    if args.quick:
+        args.lengths, args.steps, args.d_model, args.n_layers, args.batch = [64], 1, 16, 1, 1
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.point:

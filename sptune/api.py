@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from sptune import files
+from sptune.config import STAGES
 from sptune.errors import UserError
 
 if TYPE_CHECKING:
@@ -39,49 +40,50 @@ def run_study(config: str | Path, overrides: Sequence[str] = (), dir: str | Path
     runs/study-<config name> (runs/seeds-<config name> with `seeds`). The search and resource options are
     `options` (sptune.tune.options.Options, the flags of `sptune study`), with any of its fields given
     by name on top, e.g. `run_study(cfg, num_samples=4, logger="mlflow")`. `seeds`: the same study once
-    per seed (one study directory each) and the paired SPT - scratch gain with its 95% CI
-    (sptune.tune.seeds), every seed a cell of the engine's one Tune run. `time_budget_s`: stop cleanly after that many wall seconds of this run (what finished is reported;
-    resume continues). Raises UserError for a bad option, before any Ray work.
+    per seed (one study directory each, every seed a cell of the engine's one Tune run) and the paired
+    SPT - scratch gain with its 95% CI (sptune.tune.records.seeds). `time_budget_s`: stop cleanly after that
+    many wall seconds of this run (what finished is reported; resume continues). Raises UserError for a bad
+    option, before any Ray work.
     """
-    from sptune.tune import pipeline
     from sptune.tune.options import with_values
+    from sptune.tune.records import seeds as seed_cells
+    from sptune.tune.records import studies
 
     options = with_values(options, option_values)
-    smoke, time_budget_s = options.smoke, options.time_budget_s
     _check_output(output)
-    study_dir = Path(dir) if dir else default_dir(config, smoke, bool(seeds))
+    study_dir = Path(dir) if dir else default_dir(config, options.smoke, bool(seeds))
+    space = str(search_space) if search_space else None
     if seeds:
-        from sptune.tune import seeds as multi
-
-        spec = multi.create(str(config), list(overrides), study_dir, list(seeds),
-                            str(search_space) if search_space else None, options)
-        return _run_seeds(study_dir.resolve(), address, output,
-                          [f"multi-seed study {study_dir.resolve()}: seeds {' '.join(map(str, spec['seeds']))}, "
-                           f"one study directory per seed (seed-<s>/)"], time_budget_s)
-    state = pipeline.create(str(config), list(overrides), study_dir,
-                            str(search_space) if search_space else None, options)
-    header = [f"study {state.dir}: search space {state.space['path']}, up to "
-              f"{state.options.num_samples} trials per stage, {state.options.max_concurrent} at once",
-              pipeline.describe_path(state.options)]
-    return _run(Path(state.dir), address, output, header, time_budget_s=time_budget_s)
+        spec = seed_cells.create(str(config), list(overrides), study_dir, list(seeds), space, options)
+        header = [f"multi-seed study {study_dir.resolve()}: seeds {' '.join(map(str, spec['seeds']))}, "
+                  f"one study directory per seed (seed-<s>/)"]
+    else:
+        state = studies.create(str(config), list(overrides), study_dir, space, options)
+        header = [f"study {state.dir}: search space {state.space['path']}, up to "
+                  f"{state.options.num_samples} trials per stage, {state.options.max_concurrent} at once",
+                  studies.describe_path(state.options)]
+    return _run(study_dir.resolve(), address, output, header, time_budget_s=options.time_budget_s)
 
 
 def resume_study(study_dir: str | Path, *, address: str | None = None, output: str = "progress",
                  retry_failed: bool = False, time_budget_s: float | None = None) -> Path:
-    """Continue a study whose driver stopped: finished trials are kept, unfinished ones continue;
-    `retry_failed` also reruns crashed trials of finished stages from their last checkpoint."""
-    from sptune.tune import seeds as tune_seeds
-    from sptune.tune import study_state
+    """Continue a study or a multi-seed study whose driver stopped: finished trials are kept, unfinished
+    ones continue; `retry_failed` also reruns crashed trials of finished stages from their last checkpoint.
+    An experiment continues by running its script again with the same flags."""
+    from sptune.tune.records import layout, study_state
 
     _check_output(output)
-    if tune_seeds.is_seeds_dir(study_dir):
-        return _run_seeds(Path(study_dir).resolve(), address, output,
-                          [f"resuming the multi-seed study {Path(study_dir).resolve()}"], time_budget_s)
-    state = study_state.load(study_dir)
-    done = [p for p in state.stage_status if state.stage_done(p)]
-    return _run(Path(state.dir), address, output,
-                [f"resuming {state.dir}" + (f" (done: {', '.join(done)})" if done else "")], retry_failed,
-                time_budget_s)
+    study_dir = Path(study_dir).resolve()
+    kind = layout.kind(study_dir)
+    if kind == layout.EXPERIMENT:
+        raise UserError(f"{study_dir} is an experiment: run its studies/*.py script again with the same flags "
+                        f"to continue it")
+    done = []
+    if kind == layout.STUDY:
+        state = study_state.load(study_dir)
+        done = [p for p in state.stage_status if state.stage_done(p)]
+    return _run(study_dir, address, output, [f"resuming {study_dir}" + (f" (done: {', '.join(done)})" if done
+                                                                         else "")], retry_failed, time_budget_s)
 
 
 def _check_output(output: str) -> None:
@@ -89,61 +91,77 @@ def _check_output(output: str) -> None:
         raise UserError(f"output={output!r}; choose one of: {', '.join(OUTPUTS)}")
 
 
-def _run(study_dir: Path, address: str | None, mode: str, header: list[str], retry_failed: bool = False,
+def _run(results_dir: Path, address: str | None, mode: str, header: list[str], retry_failed: bool = False,
          time_budget_s: float | None = None) -> Path:
+    """Run a study or a multi-seed study (its kind from the folder), then print its report."""
     from sptune import output
-    from sptune.tune import results
-    from sptune.tune import curves, pipeline, search_plots
+    from sptune.tune.engine import driver
+    from sptune.tune.records import layout
 
-    log_path = study_dir / files.STUDY_LOG
+    log_path = results_dir / files.STUDY_LOG
     with output.captured(log_path, echo=mode == "verbose", show_trials=mode != "quiet") as console:
         if mode != "quiet":
             for line in header + [f"log: {log_path}   (Ray, Tune and every trial's output)"]:
                 console.line(line)
         # Tune's tables always go to the log; the terminal gets them only when echoing (verbose).
-        rows = pipeline.run(study_dir, address=address, verbose=1, retry_failed=retry_failed,
-                            time_budget_s=time_budget_s)
+        if layout.kind(results_dir) == layout.SEEDS:
+            driver.run_seeds(results_dir, address=address, verbose=1, time_budget_s=time_budget_s)
+        else:
+            driver.run_study(results_dir, address=address, verbose=1, retry_failed=retry_failed,
+                             time_budget_s=time_budget_s)
         console.line()
-        console.line(results.summary(study_dir, rows))
-        pngs = search_plots.write(study_dir) + [p for p in [curves.write(study_dir, rows)] if p is not None]
-        console.line(f"Optuna: optuna-dashboard {study_dir / files.OPTUNA_JOURNAL}   plots: "
-                     f"{study_dir / search_plots.PLOTS_DIR}/ ({len(pngs)} PNG)")
+        text, paths = report(results_dir)
+        console.line(text)
+        console.line(_paths_line(results_dir, paths))
         console.line(f"log: {log_path}")
-    return study_dir
+    return results_dir
 
 
-def _run_seeds(parent: Path, address: str | None, mode: str, header: list[str],
-               time_budget_s: float | None = None) -> Path:
-    from sptune import output
-    from sptune.tune import seeds as multi
+def report(results_dir: str | Path, plots: bool = True, plot_path: str | Path | None = None
+           ) -> tuple[str, list[Path]]:
+    """The summary table of any results folder (a study, a multi-seed study or an experiment) and the files
+    written beside it (`plots`: also its PNG plots), from its run directories alone (no training);
+    results.csv is rewritten. `plot_path`: a multi-seed study's plot once more at that path.
+    `sptune report` and `sptune results` (the latter without plots)."""
+    from sptune.tune.records import curves, layout, results, search_plots
+    from sptune.tune.records import seeds as seed_cells
 
-    log_path = parent / files.STUDY_LOG
-    with output.captured(log_path, echo=mode == "verbose", show_trials=mode != "quiet") as console:
-        if mode != "quiet":
-            for line in header + [f"log: {log_path}   (Ray, Tune and every trial's output)"]:
-                console.line(line)
-        out = multi.run(parent, address=address, verbose=1, time_budget_s=time_budget_s)
-        console.line()
-        console.line(out["text"])
-        console.line(f"table {out['table']}, per seed {out['csv']}, plot {out['plot']}")
-        console.line(f"log: {log_path}")
-    return parent
+    results_dir = Path(results_dir).resolve()
+    kind = layout.kind(results_dir)
+    if kind == layout.SEEDS:
+        out = seed_cells.report(results_dir, plot_path=plot_path)
+        return out["text"], [out["table"], out["csv"], out["plot"], *([out["extra_plot"]] if plot_path else [])]
+    if kind == layout.EXPERIMENT:
+        from sptune.experiments import report as experiment_report
 
-
-def report(study_dir: str | Path, plots: bool = True) -> tuple[str, list[Path]]:
-    """A study's summary table and (`plots`) its Optuna plots and learning curves, from its run
-    directories and journal (no training); rewrites results.csv. `sptune report` and `sptune results`."""
-    from sptune.tune import curves, results, search_plots
-
-    study_dir = Path(study_dir).resolve()
-    if not (study_dir / files.STUDY).is_file():
-        raise UserError(f"{study_dir} is not a study directory (no {files.STUDY})")
-    rows = results.collect(study_dir)
-    results.write_csv(rows, study_dir / files.RESULTS_CSV)
+        out = experiment_report.write(results_dir)
+        return "\n".join(out.get("summary_lines", [])), [out["table"], out["results"], *out["plots"]]
+    rows = results.collect(results_dir)
+    results.write_csv(rows, results_dir / files.RESULTS_CSV)
     if not plots:
-        return results.summary(study_dir, rows), []
-    curve = curves.write(study_dir, rows)
-    return results.summary(study_dir, rows), search_plots.write(study_dir) + ([curve] if curve else [])
+        return results.summary(results_dir, rows), []
+    curve = curves.write(results_dir, rows)
+    return results.summary(results_dir, rows), search_plots.write(results_dir) + ([curve] if curve else [])
+
+
+def _paths_line(results_dir: Path, paths: list[Path]) -> str:
+    if (results_dir / files.OPTUNA_JOURNAL).is_file():
+        return f"Optuna: optuna-dashboard {results_dir / files.OPTUNA_JOURNAL}   plots: {len(paths)} PNG"
+    return "files: " + ", ".join(str(p) for p in paths)
+
+
+def succeeded(results_dir: str | Path) -> bool:
+    """Every stage of a study has a completed trial; every seed of a multi-seed study is paired."""
+    from sptune.tune.records import layout, results
+    from sptune.tune.records import seeds as seed_cells
+
+    results_dir = Path(results_dir)
+    if layout.kind(results_dir) == layout.SEEDS:
+        spec = files.read_json(results_dir / files.SEEDS)
+        paired = seed_cells.report(results_dir)["paired"]
+        return paired is not None and paired.n == len(spec["seeds"])
+    rows = results.collect(results_dir)
+    return all(results.best_row(rows, stage)[0] for stage in STAGES)
 
 
 # ----------------------------------------------------------------------------- results as DataFrames
@@ -157,7 +175,7 @@ def load_results(study_dir: str | Path):
     Rows come from the trials' run directories (as results.csv does), so a running study can be read."""
     import pandas as pd
 
-    from sptune.tune import results, study_state
+    from sptune.tune.records import results, study_state
 
     state = study_state.load(study_dir)
     rows = results.collect(state.dir)
@@ -169,7 +187,7 @@ def load_results(study_dir: str | Path):
 
 
 def _columns(rows: list[dict[str, Any]]) -> list[str]:
-    from sptune.tune import results
+    from sptune.tune.records import results
 
     columns = results.COLUMNS[:2] + results.param_keys(rows) + results.COLUMNS[2:]
     return columns + sorted({key for row in rows for key in row} - set(columns))

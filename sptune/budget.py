@@ -29,7 +29,7 @@ from sptune.config import STAGES, Config, from_dict, merge
 from sptune.errors import UserError
 
 if TYPE_CHECKING:
-    from sptune.tune.study_state import StudyState
+    from sptune.tune.records.study_state import StudyState
 
 # Dense (no sparsity) peak TFLOP/s, from the vendors' datasheets: NVIDIA A10 (the A10G of AWS g5
 # instances is its variant), A100 SXM4, H100 SXM5. fp32 is the non-tensor-core rate: PyTorch leaves
@@ -128,7 +128,7 @@ def _key(cfg: Config) -> str:
 
 # ----------------------------------------------------------------------------- one study
 def study_budget(state: StudyState, cell: str = "", stages: tuple[str, ...] = STAGES) -> list[StageBudget]:
-    """The stages of a resolved study (pipeline.resolve's state), each summed over its trials."""
+    """The stages of a resolved study (studies.resolve's state), each summed over its trials."""
     from sptune.tune import spaces
 
     space = spaces.parse({"stages": state.space["stages"]}, state.space["path"])

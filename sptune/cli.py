@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from sptune.errors import UserError
-from sptune.tune import interrupts
+from sptune.tune.engine import interrupts
 
 
 def _config(args: argparse.Namespace, stage: str):

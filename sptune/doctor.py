@@ -218,8 +218,8 @@ def check_cluster(address: str, seconds: float = THROUGHPUT_SECONDS,
                   timeout_s: float = NODE_TIMEOUT_S) -> list[dict[str, Any]]:
     """check_node on every alive node of the Ray cluster at `address`, by a task pinned to each node
     (with one of its GPUs, if it has any, so the task sees a CUDA device as a training worker would).
-    Ray is joined and left through sptune.tune.session, as every other entry point does."""
-    from sptune.tune.session import joined_cluster
+    Ray is joined and left through sptune.tune.engine.session, as every other entry point does."""
+    from sptune.tune.engine.session import joined_cluster
 
     with joined_cluster(address):
         return _check_nodes(seconds, timeout_s)

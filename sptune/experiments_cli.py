@@ -25,7 +25,7 @@ from sptune import files, output, study_cli
 from sptune.errors import UserError
 from sptune.experiments.plan import BACKENDS, Plan
 from sptune.experiments.run import CellProgress, cell_done, run_experiment
-from sptune.tune import interrupts
+from sptune.tune.engine import interrupts
 from sptune.tune import options as search_options
 
 
@@ -138,28 +138,11 @@ def register(subparsers) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    """`sptune report DIR`: any results folder's table and files, rebuilt (sptune.api.report)."""
     from sptune import api
-    from sptune.tune import seeds as tune_seeds
 
-    if tune_seeds.is_seeds_dir(args.study_dir):  # `sptune study --seeds ...`: the paired summary and its plot
-        out = tune_seeds.report(args.study_dir, plot_path=args.plot)
-        print(out["text"])
-        print(f"table: {out['table']}\nper seed: {out['csv']}\nplot:  {out['plot']}")
-        return 0
-    from sptune.experiments import report
-
-    if (Path(args.study_dir) / files.STUDY).is_file():
-        table, pngs = api.report(args.study_dir)
-        print(table)
-        for png in pngs:
-            print(f"plot:  {png}")
-        return 0
-
-    paths = report.write(args.study_dir)
-    for line in paths.get("summary_lines", []):
-        print(line)
-    print(f"table: {paths['table']}")
-    print(f"trials: {paths['results']}")
-    for png in paths["plots"]:
-        print(f"plot:  {png}")
+    text, paths = api.report(args.study_dir, plot_path=args.plot)
+    print(text)
+    for path in paths:
+        print(f"{'plot:' if str(path).endswith('.png') else 'file:'}  {path}")
     return 0

@@ -6,10 +6,10 @@ sptune.atomic: a reader (or a resume after SIGKILL) never sees half a file.
 
     run directory (one stage of one config; sptune.train)
         config.yaml  fingerprint.json  last.pt  best.pt  result.json  tb/
-        + under Ray Tune (sptune.tune.trainable): trial.json  progress.json  worker.json  error.json
-    study directory (`sptune study`; sptune.tune.pipeline)
+        + under Ray Tune (sptune.tune.trials.trainable): trial.json  progress.json  worker.json  error.json
+    study directory (`sptune study`; sptune.tune.records.studies)
         study.json  results.csv  study.log  optuna.journal  driver.json  <stage>/<run>/  tune/  train/
-    seeds directory (`--seeds`; sptune.tune.seeds)
+    seeds directory (`--seeds`; sptune.tune.records.seeds)
         seeds.json  summary.json  seeds.md  seeds.csv  seeds.png  seed-<n>/
     experiment directory (a paper experiment; sptune.experiments.run)
         plan.json  cells/<cell>/  (each cell a study directory or plain run directories, error.txt on failure)

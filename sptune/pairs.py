@@ -3,7 +3,7 @@
 The same statistics (sptune.stats.paired_t) behind every multi-seed output:
 
     sptune compare <config> --seeds 0 1 2 3 4     # single runs per seed (sptune.cli)
-    sptune study   <config> --seeds 0 1 2 3 4     # one Ray Tune study per seed (sptune.tune.seeds)
+    sptune study   <config> --seeds 0 1 2 3 4     # one Ray Tune study per seed (sptune.tune.records.seeds)
     sptune report  <seeds dir>                    # rebuilds seeds.md, seeds.csv, seeds.png from the runs
 
 A pair is one seed's SPT test metric (the selected finetuning trial, started from the selected

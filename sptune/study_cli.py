@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Callable
 
 from sptune import files
-from sptune.config import STAGES
 from sptune.tune import options
 
 
@@ -112,9 +111,9 @@ def budget_flags(parser: argparse.ArgumentParser) -> None:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from sptune import budget
-    from sptune.tune import pipeline
+    from sptune.tune.records import studies
 
-    state = pipeline.resolve(args.config, args.overrides, args.search_space, options.from_args(args),
+    state = studies.resolve(args.config, args.overrides, args.search_space, options.from_args(args),
                              check_rungs=False)
     stages = budget.study_budget(state)
     title = f"plan of `sptune study {args.config}` (search space {state.space['path']}); nothing trains"
@@ -135,10 +134,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def _interruptible(study_dir: Path, run: Callable[[], Path]) -> int:
     """Run the study; exit 0 when every stage has a completed trial (every seed paired, for a multi-seed
-    study), 1 otherwise, 130 on Ctrl-C and 143 on SIGTERM (sptune.tune.interrupts), after printing the
+    study), 1 otherwise, 130 on Ctrl-C and 143 on SIGTERM (sptune.tune.engine.interrupts), after printing the
     command that continues it."""
-    from sptune.tune import interrupts, results
-    from sptune.tune import seeds as tune_seeds
+    from sptune import api
+    from sptune.tune.engine import interrupts
 
     hint = f"sptune resume {study_dir.resolve()}"
     interrupts.install(hint)
@@ -148,22 +147,12 @@ def _interruptible(study_dir: Path, run: Callable[[], Path]) -> int:
         print(f"sptune: interrupted; continue with `{hint}` (log: {study_dir.resolve() / files.STUDY_LOG})",
               file=sys.stderr)
         return getattr(stop, "exit_code", 130)
-    if tune_seeds.is_seeds_dir(study_dir):  # every seed paired (its SPT and scratch arms both completed)
-        spec = files.read_json(study_dir / files.SEEDS)
-        paired = tune_seeds.report(study_dir)["paired"]
-        return 0 if paired is not None and paired.n == len(spec["seeds"]) else 1
-    rows = results.collect(study_dir)
-    return 0 if all(results.best_row(rows, s)[0] for s in STAGES) else 1
+    return 0 if api.succeeded(study_dir) else 1
 
 
 def cmd_results(args: argparse.Namespace) -> int:
     """`sptune report` without the plots: the same code path (sptune.api.report)."""
     from sptune import api
-    from sptune.tune import seeds as tune_seeds
 
-    study_dir = Path(args.study_dir)
-    if tune_seeds.is_seeds_dir(study_dir):
-        print(tune_seeds.report(study_dir)["text"])
-        return 0
-    print(api.report(study_dir, plots=False)[0])
+    print(api.report(args.study_dir, plots=False)[0])
     return 0

@@ -26,14 +26,11 @@ up to 400 steps with early stopping after 100 steps without a validation gain, 2
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
-
-from sptune.config import STAGES, load as load_config  # noqa: E402
-from sptune.experiments_cli import main  # noqa: E402
-from sptune.experiments import settings  # noqa: E402
-from sptune.experiments.plan import Cell, Plan  # noqa: E402
+from sptune.config import STAGES, load as load_config
+from sptune.experiments_cli import main
+from sptune.experiments import settings
+from sptune.experiments.plan import Cell, Plan
 
 EXPERIMENT = "architectures"
 TASK = settings.CPU_TASK

@@ -35,14 +35,11 @@ Smoke test: listops-mini (tokens) stands in for Text and pathfinder-mini (pixels
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
 from sptune.config import STAGES
-from sptune.experiments import paper, settings  # noqa: E402
-from sptune.experiments_cli import main  # noqa: E402
-from sptune.experiments.plan import Cell, Plan  # noqa: E402
+from sptune.experiments import paper, settings
+from sptune.experiments_cli import main
+from sptune.experiments.plan import Cell, Plan
 
 EXPERIMENT = "data_fractions"
 CPU_MODEL = "s4"  # the paper's Figure 3 model family (S4); the Transformer would double the cost

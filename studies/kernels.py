@@ -24,13 +24,10 @@ Smoke test: listops-mini stands in for ListOps and pathfinder-mini for PathX (2D
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
-
-from sptune.experiments import settings  # noqa: E402
-from sptune.experiments_cli import main  # noqa: E402
-from sptune.experiments.plan import Cell, Plan  # noqa: E402
+from sptune.experiments import settings
+from sptune.experiments_cli import main
+from sptune.experiments.plan import Cell, Plan
 
 EXPERIMENT = "kernels"
 TASKS = ("image", "text", "pathx", "listops")  # Figure 4's panels

@@ -32,15 +32,12 @@ both with a 1-layer, d_model-16 model, 15 steps per stage, no search (plain back
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
 from sptune.config import STAGES
-from sptune.experiments import paper, settings  # noqa: E402
-from sptune.experiments.report import row_label  # noqa: E402
-from sptune.experiments_cli import main  # noqa: E402
-from sptune.experiments.plan import Cell, Plan  # noqa: E402
+from sptune.experiments import paper, settings
+from sptune.experiments.report import row_label
+from sptune.experiments_cli import main
+from sptune.experiments.plan import Cell, Plan
 
 EXPERIMENT = "lra_table"
 LRA = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")

@@ -26,13 +26,10 @@ test. Numbers from the smoke test say nothing about these modalities.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
-
-from sptune.experiments import paper, settings  # noqa: E402
-from sptune.experiments_cli import main  # noqa: E402
-from sptune.experiments.plan import Cell, Plan  # noqa: E402
+from sptune.experiments import paper, settings
+from sptune.experiments_cli import main
+from sptune.experiments.plan import Cell, Plan
 
 EXPERIMENT = "modalities"
 # Table 3 column -> (task, causal model?, embedded stand-in or None)

@@ -23,13 +23,10 @@ three smallest (1-2 layers), 15 steps per stage, two seeds (so entries show a st
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
-
-from sptune.experiments import paper, settings, sizing  # noqa: E402
-from sptune.experiments_cli import main  # noqa: E402
-from sptune.experiments.plan import Cell, Plan  # noqa: E402
+from sptune.experiments import paper, settings, sizing
+from sptune.experiments_cli import main
+from sptune.experiments.plan import Cell, Plan
 
 EXPERIMENT = "model_sizes"
 SMOKE_BUDGETS = (5_000, 10_000, 20_000)

@@ -31,14 +31,11 @@ Smoke test: listops-mini stands in for Text and pathfinder-mini for Image, a bud
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
 from sptune.config import STAGES
-from sptune.experiments import paper, settings  # noqa: E402
-from sptune.experiments_cli import main  # noqa: E402
-from sptune.experiments.plan import Cell, Plan, fixed_space  # noqa: E402
+from sptune.experiments import paper, settings
+from sptune.experiments_cli import main
+from sptune.experiments.plan import Cell, Plan, fixed_space
 
 EXPERIMENT = "spt_ratio"
 TASKS = ("image", "text")  # Table 8's column order

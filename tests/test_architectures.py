@@ -119,7 +119,7 @@ def test_boundary_lines_name_the_cell_and_the_edge():
 def test_learning_curves_put_the_compute_tied_scratch_on_its_architectures_panel(tmp_path, monkeypatch):
     from sptune.experiments import figures
     from sptune.experiments.plan import Cell, Plan
-    from sptune.tune import curves
+    from sptune.tune.records import curves
 
     def run(name, steps):
         path = tmp_path / name

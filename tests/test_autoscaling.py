@@ -24,7 +24,10 @@ from ray_fixtures import CONFIG, REPO, sptune_env
 from test_cluster import free_ports
 
 from sptune import files
-from sptune.tune import pipeline, results, session, spaces, study_state, trainable
+from sptune.tune.records import studies, results, study_state
+from sptune.tune.engine import session
+from sptune.tune import spaces
+from sptune.tune.trials import trainable
 
 pytestmark = pytest.mark.slow
 
@@ -152,7 +155,7 @@ def test_autoscaling_study_survives_losing_a_worker_node(tmp_path):
         # Scale-up: the cluster started with no worker; the autoscaler added GPU workers while trials
         # waited (2 at once: the search space runs 2 trials concurrently), and every trial ran on one.
         rows = results.collect(study_dir)
-        assert len(rows) == 3 * pipeline.SMOKE_SAMPLES and all(r["status"] == "completed" for r in rows), output[-3000:]
+        assert len(rows) == 3 * studies.SMOKE_SAMPLES and all(r["status"] == "completed" for r in rows), output[-3000:]
         assert most_workers >= 2
         for row in rows:
             for attempt in files.read_json(Path(row["run_dir"]) / "trial.json")["attempts"]:
@@ -171,7 +174,7 @@ def test_autoscaling_study_survives_losing_a_worker_node(tmp_path):
 
         # ...and its numbers are those of an uninterrupted run of the same config (plain run_stage).
         state = study_state.load(study_dir)
-        spec = pipeline.trial_spec(study_dir, state, "pretrain")
+        spec = studies.trial_spec(study_dir, state, "pretrain")
         for row in (r for r in rows if r["stage"] == "pretrain"):
             params = files.read_json(Path(row["run_dir"]) / "trial.json")["params"]
             plain = trainable.run_stage(trainable.trial_config(spec, params), "pretrain", None, None,

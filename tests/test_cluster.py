@@ -16,7 +16,8 @@ import yaml
 from ray_fixtures import CONFIG, REPO, sptune_env
 
 from sptune import files
-from sptune.tune import pipeline, results, session
+from sptune.tune.records import studies, results
+from sptune.tune.engine import session
 
 
 def test_cluster_yaml_matches_the_schema_shipped_with_ray():
@@ -136,7 +137,7 @@ def test_study_on_a_two_node_cluster(tmp_path):
                               env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         rows = results.collect(study_dir)
-        assert len(rows) == 3 * pipeline.SMOKE_SAMPLES and all(r["status"] == "completed" for r in rows)
+        assert len(rows) == 3 * studies.SMOKE_SAMPLES and all(r["status"] == "completed" for r in rows)
         nodes = {r["node_id"] for r in rows}
         assert len(nodes) == 2, f"all trials ran on {nodes}"  # 1 CPU per node, 2 trials at once: one on each
         attempts = [files.read_json(Path(r["run_dir"]) / "trial.json")["attempts"][-1] for r in rows]

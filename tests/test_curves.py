@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from sptune.tune import curves, results
+from sptune.tune.records import curves, results
 
 
 def fake_trial(study_dir, stage, trial_id, best_val, train_flops, steps=20, init=None):

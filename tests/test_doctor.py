@@ -111,7 +111,7 @@ def test_an_unreachable_cluster_is_a_one_line_user_error(capsys, monkeypatch):
 
 
 def test_a_joined_cluster_is_left_on_the_way_out(monkeypatch):
-    """`sptune doctor --address` joins through sptune.tune.session and shuts its Ray connection down."""
+    """`sptune doctor --address` joins through sptune.tune.engine.session and shuts its Ray connection down."""
     import ray
 
     calls = []

@@ -10,7 +10,9 @@ from ray_fixtures import CONFIG, TINY, bare_study
 from sptune import atomic, files, train
 from sptune.config import load as load_config
 from sptune.errors import UserError
-from sptune.tune import pipeline, results, spaces, stopped, trainable
+from sptune.tune.records import studies, results
+from sptune.tune import spaces
+from sptune.tune.trials import stopped, trainable
 
 ONE = {"params": {"optim.lr": [1.0e-3], "optim.batch_size": [8]}}
 EIGHT = {"params": {"optim.lr": [3e-3, 1e-3, 3e-4, 1e-4], "optim.batch_size": [8, 16]}}  # 8 points
@@ -21,8 +23,8 @@ def create(tmp_path, overrides=(), options=None, scratch=EIGHT, **top):
              "stages": {"pretrain": ONE, "finetune": ONE, "scratch": scratch}, **top}
     tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "space.yaml").write_text(yaml.safe_dump(space))
-    return pipeline.create(str(CONFIG), TINY + list(overrides), tmp_path / "study", str(tmp_path / "space.yaml"),
-                           options or pipeline.Options())
+    return studies.create(str(CONFIG), TINY + list(overrides), tmp_path / "study", str(tmp_path / "space.yaml"),
+                           options or studies.Options())
 
 
 FITS = ["optim.max_steps=64", "optim.eval_every=8"]  # an eval every 1/8 of the budget: every rung met
@@ -42,13 +44,13 @@ def test_default_asha_stays_off_where_its_rungs_miss_the_evals(tmp_path):
 
 def test_asking_for_asha_keeps_the_error_and_applies_to_every_stage(tmp_path):
     with pytest.raises(UserError, match="rung"):
-        create(tmp_path, ["optim.max_steps=64", "optim.eval_every=32"], pipeline.Options(asha=True))
-    options = create(tmp_path / "asked", FITS, pipeline.Options(asha=True)).options
+        create(tmp_path, ["optim.max_steps=64", "optim.eval_every=32"], studies.Options(asha=True))
+    options = create(tmp_path / "asked", FITS, studies.Options(asha=True)).options
     assert options.asha_min_trials == 0 and spaces.stage_asha(options, 1) == spaces.DEFAULT_ASHA
 
 
 def test_no_asha_overrides_the_default(tmp_path):
-    options = create(tmp_path, FITS, pipeline.Options(asha=False)).options
+    options = create(tmp_path, FITS, studies.Options(asha=False)).options
     assert options.asha is None and spaces.stage_asha(options, 8) is None
 
 

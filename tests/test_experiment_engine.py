@@ -1,4 +1,4 @@
-"""One Tune run for every cell of an experiment (sptune.tune.experiment): the cells' trials share the
+"""One Tune run for every cell of an experiment (sptune.tune.engine.driver): the cells' trials share the
 cluster, finetuning waits for its own cell's pretraining selection only, and each cell stays a study."""
 
 import pytest
@@ -7,7 +7,7 @@ from ray_fixtures import TINY, ray_instance  # noqa: F401 (a fixture)
 from sptune import files
 from sptune.experiments.plan import Cell, Plan
 from sptune.experiments.run import experiment_rows, run_experiment
-from sptune.tune import results
+from sptune.tune.records import results
 from sptune.tune.options import Options
 
 pytestmark = pytest.mark.slow  # ~40 s on 2 CPU cores: 2 cells x 4 tiny trials in one Tune run

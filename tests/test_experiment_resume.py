@@ -13,7 +13,8 @@ from ray_fixtures import REPO, TINY, ray_instance, sptune_env  # noqa: F401 (a f
 from test_resume_study import midway
 
 from sptune import files
-from sptune.tune import results, session
+from sptune.tune.records import results
+from sptune.tune.engine import session
 
 pytestmark = pytest.mark.slow  # ~90 s on 2 CPU cores: the killed run, its resume, an uninterrupted run
 

@@ -27,7 +27,7 @@ import ray
 
 from sptune.experiments.plan import Cell, Plan, fixed_space
 from sptune.experiments.run import run_experiment
-from sptune.tune import session
+from sptune.tune.engine import session
 from sptune.tune.options import Options
 
 experiment_dir = Path(sys.argv[1])

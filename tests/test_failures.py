@@ -9,7 +9,11 @@ from ray_fixtures import CONFIG, TINY, ray_instance  # noqa: F401 (fixture)
 from test_tune import new_study
 
 from sptune import files
-from sptune.tune import pipeline, resources, results, search, spaces, study_state, trainable
+from sptune.tune.records import studies, results, study_state
+from sptune.tune.trials import resources, trainable
+from sptune.tune.engine import search
+from sptune.tune import spaces
+from sptune.tune.engine import driver
 from sptune.cli import main
 from sptune.config import load as load_config
 from sptune.errors import UserError
@@ -69,7 +73,7 @@ def failing_trainable(params, spec):
     import torch
 
     from sptune import train
-    from sptune.tune import trainable as tr
+    from sptune.tune.trials import trainable as tr
 
     original = train.run_stage
 
@@ -113,9 +117,9 @@ def test_oom_is_final_and_a_crash_is_failed_then_retried_from_its_checkpoint(tmp
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this file
     stages = {"scratch": {"params": {"optim.lr": [1e-3, 2e-2], "optim.batch_size": [8]}}}
     state = new_study(tmp_path, stages, overrides=["optim.max_steps=40", "optim.eval_every=4"],
-                      options=pipeline.Options(max_failures=1))
+                      options=studies.Options(max_failures=1))
     study_dir = Path(state.dir)
-    pipeline.run_stage_search(study_dir, state, "scratch", failing_trainable, verbose=0)
+    driver.run_stage_search(study_dir, state, "scratch", failing_trainable, verbose=0)
     rows = {r["optim.lr"]: r for r in results.collect(study_dir)}
 
     # Out of memory: failed at once with the reason, not retried (max_failures=1 would have allowed one).
@@ -130,9 +134,9 @@ def test_oom_is_final_and_a_crash_is_failed_then_retried_from_its_checkpoint(tmp
     # Now a crash that outlives its retries: failed with Tune's error in the table, the CSV and TensorBoard.
     (tmp_path / "again").mkdir()
     state = new_study(tmp_path / "again", {"scratch": {"params": {"optim.lr": [1e-3], "optim.batch_size": [8]}}},
-                      overrides=["optim.max_steps=40", "optim.eval_every=4"], options=pipeline.Options(max_failures=0))
+                      overrides=["optim.max_steps=40", "optim.eval_every=4"], options=studies.Options(max_failures=0))
     study_dir = Path(state.dir)
-    pipeline.run_stage_search(study_dir, state, "scratch", failing_trainable, verbose=0)
+    driver.run_stage_search(study_dir, state, "scratch", failing_trainable, verbose=0)
     state.stage_status = {"pretrain": "skipped: test", "finetune": "skipped: test", "scratch": "done"}
     study_state.save(study_dir, state)
     (row,) = results.collect(study_dir)
@@ -143,14 +147,14 @@ def test_oom_is_final_and_a_crash_is_failed_then_retried_from_its_checkpoint(tmp
     assert hparams_status(row["run_dir"]) == "failure"
 
     # A plain resume leaves a finished stage alone; --retry-failed reruns the crash from its checkpoint.
-    assert pipeline.crashed_trials(study_dir, "scratch") == [Path(row["run_dir"])]
-    (row,) = pipeline.run(study_dir, verbose=0, trainable=failing_trainable, retry_failed=True)
+    assert studies.crashed_trials(study_dir, "scratch") == [Path(row["run_dir"])]
+    (row,) = driver.run_study(study_dir, verbose=0, trainable=failing_trainable, retry_failed=True)
     starts = [int(s) for s in row["start_steps"].split(";")]
     assert row["status"] == "completed" and row["steps"] == 40 and row["attempts"] == 2
     assert starts[0] == 0 and starts[1] >= 20
     history = files.read_json(Path(row["run_dir"]) / "result.json")["history"]
     assert [h["step"] for h in history] == list(range(4, 41, 4))  # every eval once
-    assert hparams_status(row["run_dir"]) == "success" and pipeline.crashed_trials(study_dir, "scratch") == []
+    assert hparams_status(row["run_dir"]) == "success" and studies.crashed_trials(study_dir, "scratch") == []
 
 
 # ----------------------------------------------------------------------------- ASHA
@@ -162,7 +166,7 @@ def epochs_stage(eval_every):
 
 def test_asha_rungs_and_stopping_order_with_epochs_and_two_batch_sizes():
     asha = {"grace_period": 0.125, "reduction_factor": 2}
-    budgets = pipeline.step_budgets(epochs_stage(2), {"optim.batch_size": [8, 32], "optim.lr": [1e-3]})
+    budgets = studies.step_budgets(epochs_stage(2), {"optim.batch_size": [8, 32], "optim.lr": [1e-3]})
     assert budgets == {8: 50, 32: 14}  # the resolved budget: epochs x steps per epoch
     spaces.check_rungs(asha, budgets, 2, "stage scratch")  # an eval in every rung for both batch sizes
     with pytest.raises(UserError, match=r"rung at 0.125 .* optim.batch_size=32 \(14 steps, an eval every 4\)"):

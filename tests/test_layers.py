@@ -17,7 +17,10 @@ LAYERS = [
     ["sptune.tasks", "sptune.models", "sptune.objectives"],
     ["sptune.registry", "sptune.build", "sptune.data", "sptune.baselines", "sptune.runs"],
     ["sptune.train_setup", "sptune.train"],  # the stage functions, no Ray
-    ["sptune.tune"],  # the Ray layer
+    ["sptune.tune.trials"],  # one trial on a worker: trainable, resources, failures, outcomes
+    ["sptune.tune.spaces", "sptune.tune.options", "sptune.tune.loggers"],  # what a search is asked for
+    ["sptune.tune.records"],  # study state, trial rows, results, seeds, layout: files, no Tune loop
+    ["sptune.tune.engine", "sptune.tune"],  # the one Ray driver: searcher and scheduler routing, signals
     ["sptune.experiments", "sptune.doctor", "sptune.budget"],
     ["sptune.api"],
     ["sptune.cli", "sptune.data_cli", "sptune.study_cli", "sptune.experiments_cli", "sptune"],  # command lines
@@ -94,7 +97,7 @@ def test_no_import_circle():
     assert circles(GRAPH) == []
 
 
-@pytest.mark.parametrize("low, high", [("sptune.tune.results", "sptune.api"), ("sptune.train", "sptune.tune.trainable")])
+@pytest.mark.parametrize("low, high", [("sptune.tune.records.results", "sptune.api"), ("sptune.train", "sptune.tune.trials.trainable")])
 def test_the_check_sees_a_function_level_import_that_points_up(low, high):
     """The checks catch what they are for: an upward import added inside a function, and the circle it makes."""
     graph = {module: set(targets) for module, targets in GRAPH.items()}
@@ -104,11 +107,11 @@ def test_the_check_sees_a_function_level_import_that_points_up(low, high):
 
 
 def test_imports_inside_functions_are_read():
-    assert "sptune.tune.pipeline" in imports_of("sptune.study_cli")  # imported only inside cmd_plan and others
+    assert "sptune.tune.records.studies" in imports_of("sptune.study_cli")  # imported only inside cmd_plan and others
 
 
 def test_reading_a_search_space_imports_neither_ray_nor_optuna():
-    """The search-space format (sptune.tune.spaces) is separate from Tune's searcher (sptune.tune.search)."""
+    """The search-space format (sptune.tune.spaces) is separate from Tune's searcher (sptune.tune.engine.search)."""
     import subprocess
     import sys
 
@@ -116,3 +119,26 @@ def test_reading_a_search_space_imports_neither_ray_nor_optuna():
             "print(sorted(m for m in ('ray', 'optuna') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PACKAGE.parent, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr[-2000:]
+
+
+def calls_in(module: str) -> set[str]:
+    """Dotted names called anywhere in a module (`ray_tune.Tuner.restore`, `threading.Thread`)."""
+    def dotted(node: ast.AST) -> str:
+        if isinstance(node, ast.Attribute):
+            return f"{dotted(node.value)}.{node.attr}"
+        return node.id if isinstance(node, ast.Name) else ""
+    tree = ast.parse(MODULES[module].read_text())
+    return {dotted(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+
+
+def test_one_file_constructs_or_restores_a_tuner():
+    """One Ray driver: the engine's driver is the only place a Tune run is made or restored."""
+    makers = {m for m in MODULES if any(c.split(".")[-1] == "Tuner" or c.endswith("Tuner.restore")
+                                        for c in calls_in(m))}
+    assert makers == {"sptune.tune.engine.driver"}
+
+
+def test_the_ray_layer_starts_no_threads():
+    """Tune runs in the main thread of the driver (signals reach one handler there): no stage threads."""
+    assert [m for m in MODULES if m.startswith("sptune.tune") and
+            any(c.split(".")[-1] in ("Thread", "ThreadPoolExecutor") for c in calls_in(m))] == []

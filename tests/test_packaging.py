@@ -1,4 +1,5 @@
-"""Installed sptune (a wheel, an editable install) finds its search spaces without a checkout to lean on."""
+"""Installed sptune (a wheel, an editable install) finds its search spaces and configs without a checkout to
+lean on."""
 
 import shutil
 import subprocess
@@ -12,23 +13,26 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 # Where the demo task's default search space resolves, and where the installed package data is.
-PROBE = ("from sptune.tune import spaces; print(spaces.default_path('listops-mini', 'transformer').resolve()); "
+# The experiments read a config through the package (settings.cpu_overrides: the main job's cells).
+PROBE = ("from sptune.experiments import settings; print(settings.cpu_overrides('transformer')[:1]); "
+         "from sptune.tune import spaces; print(spaces.default_path('listops-mini', 'transformer').resolve()); "
          "print(spaces.installed_search_spaces().resolve())")
 
 
 def test_every_sptune_package_is_listed_for_the_wheel():
     setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     code = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "sptune").rglob("*.py")}
-    assert set(setuptools["packages"]) == code | {"sptune.search_spaces"}
-    assert setuptools["package-dir"] == {"sptune.search_spaces": "search_spaces"}
-    assert (REPO / "search_spaces" / "__init__.py").is_file()  # a regular package: editable installs import it
+    assert set(setuptools["packages"]) == code | {"sptune.search_spaces", "sptune.configs"}
+    assert setuptools["package-dir"] == {"sptune.search_spaces": "search_spaces", "sptune.configs": "configs"}
+    for data in ("search_spaces", "configs"):  # regular packages: editable installs import them
+        assert (REPO / data / "__init__.py").is_file()
 
 
 def source_copy(tmp_path: Path) -> Path:
     """What a build needs, copied: building in the checkout would leave build/ and *.egg-info behind."""
     src = tmp_path / "src"
     ignore = shutil.ignore_patterns("__pycache__")
-    for name in ("sptune", "search_spaces"):
+    for name in ("sptune", "search_spaces", "configs"):
         shutil.copytree(REPO / name, src / name, ignore=ignore)
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, src / name)
@@ -61,12 +65,14 @@ def test_search_spaces_are_package_data_of_a_wheel_and_an_editable_install(tmp_p
     wheel = next((tmp_path / "wheel").glob("sptune-*.whl"))
     pip("install", "--no-deps", "--target", str(tmp_path / "site"), str(wheel), cwd=tmp_path)
     shutil.rmtree(src / "search_spaces")  # nothing to fall back on
+    shutil.rmtree(src / "configs")
     found, installed = probe(sys.executable, elsewhere, str(tmp_path / "site"))
     assert installed == tmp_path / "site" / "sptune" / "search_spaces"
     assert found == installed / "listops-mini" / "transformer.yaml" and found.is_file()
 
     # An editable install (README, CI) in a fresh environment that sees this one's dependencies only.
-    shutil.copytree(REPO / "search_spaces", src / "search_spaces", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("search_spaces", "configs"):
+        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     env = tmp_path / "venv"
     venv.create(env, with_pip=False)
     site = Path(sysconfig.get_path("purelib", vars={"base": str(env), "platbase": str(env)}))

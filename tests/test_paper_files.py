@@ -10,7 +10,8 @@ from sptune.config import STAGES
 from sptune import config
 from sptune.registry import TASKS
 from sptune.experiments import paper, paper_files, sizing
-from sptune.tune import pipeline, spaces
+from sptune.tune.records import studies
+from sptune.tune import spaces
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = paper_files.shipped()
@@ -144,7 +145,7 @@ def test_every_config_starts_a_smoke_study_without_data(path, tmp_path, monkeypa
     """`sptune study <config> --smoke` resolves its config and default search space before any data is read."""
     monkeypatch.setenv("SPTUNE_DATA", str(tmp_path / "no-data"))
     monkeypatch.chdir(tmp_path)  # the search space comes from the package, not the working directory
-    state = pipeline.create(str(path), [], tmp_path / "study", None, pipeline.Options(smoke=True))
+    state = studies.create(str(path), [], tmp_path / "study", None, studies.Options(smoke=True))
     task, model = state.stages["scratch"]["task"]["name"], state.stages["scratch"]["model"]["name"]
     assert Path(state.space["path"]).resolve() == (REPO / "search_spaces" / task / f"{model}.yaml").resolve()
     assert set(state.space["stages"]) == set(STAGES)

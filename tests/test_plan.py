@@ -9,7 +9,8 @@ import pytest
 
 from sptune import budget, config, train
 from sptune.cli import main
-from sptune.tune import pipeline, spaces
+from sptune.tune.records import studies
+from sptune.tune import spaces
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["model.d_model=16", "model.n_layers=1", "model.n_heads=2", "model.d_ff=16", "task.max_val_examples=16",
@@ -34,7 +35,7 @@ def test_the_plan_of_a_trial_is_what_its_run_reports(tmp_path, max_steps, extra)
 
 def test_totals_are_sums_and_flops_scale_with_steps():
     def stages(max_steps):
-        state = pipeline.resolve("configs/shapes_tiny_transformer.yaml", [*TINY, f"optim.max_steps={max_steps}"],
+        state = studies.resolve("configs/shapes_tiny_transformer.yaml", [*TINY, f"optim.max_steps={max_steps}"],
                                  check_rungs=False)
         return state, budget.study_budget(state)
 

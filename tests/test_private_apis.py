@@ -1,4 +1,4 @@
-"""The private Ray Tune and Optuna internals that sptune.tune.search relies on, checked on the installed versions.
+"""The private Ray Tune and Optuna internals that sptune.tune.engine.search relies on, checked on the installed versions.
 
 `ResumableLimiter` reads and updates Ray's ConcurrencyLimiter counters, and `UniqueOptunaSearch` reaches into
 Ray's OptunaSearch (its Optuna study, trials and storage) and Optuna's storage API. None of these is a public
@@ -12,7 +12,8 @@ import pytest
 from optuna.trial import TrialState
 from ray.tune.search import ConcurrencyLimiter, Searcher
 
-from sptune.tune import search, spaces
+from sptune.tune.engine import search
+from sptune.tune import spaces
 
 GRID = {"stages": {"pretrain": {"params": {"optim.lr": [1e-3, 1e-4], "optim.batch_size": [8]}}}}
 

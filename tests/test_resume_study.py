@@ -18,7 +18,9 @@ from ray_fixtures import sptune_env
 
 from sptune.config import STAGES
 from sptune import files
-from sptune.tune import results, search, session
+from sptune.tune.records import results
+from sptune.tune.engine import search, session
+from sptune.tune.records import journal
 
 pytestmark = pytest.mark.slow
 
@@ -127,9 +129,9 @@ def test_resume_after_the_driver_dies(tmp_path, sig):
 
         # Each stage's Optuna study in the journal went on across the resume: exactly one COMPLETE trial
         # per finished Tune trial, with its params, and nothing left running.
-        storage = search.journal_storage(study_dir / files.OPTUNA_JOURNAL)
+        storage = journal.journal_storage(study_dir / files.OPTUNA_JOURNAL)
         for stage in STAGES:
-            trials = optuna.load_study(study_name=search.optuna_study_name(study_dir, stage), storage=storage).trials
+            trials = optuna.load_study(study_name=journal.optuna_study_name(study_dir, stage), storage=storage).trials
             complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
             mine = [r for r in rows if r["stage"] == stage]
             assert sorted((t.params["optim.lr"], t.params["optim.batch_size"]) for t in complete) == \

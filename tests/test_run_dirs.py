@@ -10,7 +10,7 @@ import torch
 
 from sptune import config, files, fingerprint, train
 from sptune.runs import identify, run_dir_of
-from sptune.tune import results
+from sptune.tune.records import results
 from sptune.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -222,7 +222,7 @@ def test_study_trial_with_a_damaged_checkpoint_fails_with_the_reason(runs, tmp_p
     import ray
     from ray import tune as ray_tune
 
-    from sptune.tune import trainable
+    from sptune.tune.trials import trainable
 
     reports = []
 

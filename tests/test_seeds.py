@@ -9,8 +9,10 @@ from ray_fixtures import CONFIG, TINY, ray_instance, sptune_env  # noqa: F401 (f
 
 from sptune import files
 from sptune.cli import main
-from sptune.tune import pipeline, session
-from sptune.tune import seeds as multi
+from sptune.tune.records import studies
+from sptune.tune.engine import session
+from sptune.tune.records import seeds
+from sptune.tune.engine import driver
 from test_tune import write_space
 
 CLI_TINY = [*TINY, "run.progress=false"]
@@ -42,8 +44,8 @@ def test_seeds_user_errors(extra, words, tmp_path, capsys):
 
 def test_multi_seed_study_one_study_per_seed_then_report(tmp_path, ray_instance, capsys):
     parent = tmp_path / "seeds"
-    multi.create(str(CONFIG), list(TINY), parent, [0, 1], str(write_space(tmp_path)), pipeline.Options())
-    out = multi.run(parent, verbose=0)
+    seeds.create(str(CONFIG), list(TINY), parent, [0, 1], str(write_space(tmp_path)), studies.Options())
+    out = driver.run_seeds(parent, verbose=0)
     for seed in (0, 1):
         state = json.loads((parent / f"seed-{seed}" / "study.json").read_text())
         assert state["stage_status"] == {"pretrain": "done", "finetune": "done", "scratch": "done"}

@@ -14,7 +14,7 @@ from sptune import experiments_cli as cli
 from sptune.experiments import kernel_analysis, paper, report, settings, sizing
 from sptune.errors import UserError
 from sptune.experiments.plan import Cell, Plan, load_plan, plain_point, repo_space, save_plan
-from sptune.tune import results
+from sptune.tune.records import results
 from sptune.tasks.base import Split
 
 # ----------------------------------------------------------------------------- sizing (Appendix E)
@@ -160,7 +160,7 @@ def test_each_variant_of_a_study_has_its_own_default_directory():
 
 
 def test_added_cells_get_a_new_tune_run_and_a_resume_restores_the_last(tmp_path):
-    from sptune.tune.experiment import tune_run_name
+    from sptune.tune.engine.driver import tune_run_name
 
     assert tune_run_name(tmp_path, ["a", "b"]) == "experiment"
     assert tune_run_name(tmp_path, ["b"]) == "experiment"  # a resumes: a finished, b not yet

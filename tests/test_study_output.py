@@ -16,7 +16,12 @@ from ray_fixtures import CONFIG, REPO, TINY, ray_instance, sptune_env  # noqa: F
 from sptune.config import STAGES
 import sptune
 from sptune import files, output
-from sptune.tune import loggers, pipeline, results, search, spaces, study_state, trainable
+from sptune.tune import loggers, spaces
+from sptune.tune.records import studies, results, study_state
+from sptune.tune.engine import search
+from sptune.tune.trials import trainable
+from sptune.tune.engine import driver
+from sptune.tune.records import journal
 from sptune.cli import main
 
 ONE = {"params": {"optim.lr": [1e-3], "optim.batch_size": [8]}}
@@ -32,8 +37,8 @@ def space_file(tmp_path, **stages):
 
 
 def optuna_trials(study_dir, stage):
-    study = optuna.load_study(study_name=search.optuna_study_name(study_dir, stage),
-                              storage=search.journal_storage(Path(study_dir) / files.OPTUNA_JOURNAL))
+    study = optuna.load_study(study_name=journal.optuna_study_name(study_dir, stage),
+                              storage=journal.journal_storage(Path(study_dir) / files.OPTUNA_JOURNAL))
     return study.trials
 
 
@@ -48,8 +53,8 @@ GRID = {"stages": {"pretrain": {"params": {"optim.lr": [1e-3, 5e-4, 1e-4], "opti
 
 def test_restored_searcher_continues_the_same_optuna_study(tmp_path):
     stage = spaces.parse(GRID).stages["pretrain"]
-    journal, name = tmp_path / files.OPTUNA_JOURNAL, "s/pretrain"
-    first = search.make_searcher(stage, journal=journal, study_name=name)
+    journal_path, name = tmp_path / files.OPTUNA_JOURNAL, "s/pretrain"
+    first = search.make_searcher(stage, journal=journal_path, study_name=name)
     assert first.suggest("a") == {"optim.lr": 1e-4, "optim.batch_size": 8}  # the paper point first
     first.suggest("b")
     first.on_trial_result("a", {"step": 4, "best_val": 0.1})
@@ -68,7 +73,7 @@ def test_restored_searcher_continues_the_same_optuna_study(tmp_path):
     assert again == orphan  # the orphan's grid point is not lost
     restored.on_trial_complete("d", {"step": 8, "best_val": 0.05, "status": "completed"})
 
-    trials = optuna.load_study(study_name=name, storage=search.journal_storage(journal)).trials
+    trials = optuna.load_study(study_name=name, storage=journal.journal_storage(journal_path)).trials
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     assert sorted(t.value for t in complete) == [0.05, 0.2, 0.3]  # one per finished Tune trial, a not twice
     assert sorted(t.params["optim.lr"] for t in complete) == [1e-4, 5e-4, 1e-3]
@@ -86,7 +91,7 @@ def test_trial_states_in_optuna(tmp_path):
     searcher.on_trial_complete("a", {"step": 8, "best_val": float("nan"), "status": "failed"})  # diverged
     searcher.on_trial_complete("b", {"step": 4, "best_val": 0.4})  # ASHA stopped it: no final status
     searcher.on_trial_complete("c", {"step": 8, "best_val": 0.5, "status": "completed"})
-    trials = optuna.load_study(study_name="s/pretrain", storage=search.journal_storage(tmp_path / files.OPTUNA_JOURNAL)).trials
+    trials = optuna.load_study(study_name="s/pretrain", storage=journal.journal_storage(tmp_path / files.OPTUNA_JOURNAL)).trials
     assert [(t.state.name, t.value) for t in trials] == [("FAIL", None), ("PRUNED", 0.4), ("COMPLETE", 0.5)]
 
 
@@ -230,10 +235,10 @@ def wandb_records(path):
 def test_wandb_offline_runs(tmp_path, ray_instance, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
-    state = pipeline.create(str(CONFIG), TINY, tmp_path / "study", str(space_file(tmp_path)),
-                            pipeline.Options(logger="wandb"))
+    state = studies.create(str(CONFIG), TINY, tmp_path / "study", str(space_file(tmp_path)),
+                            studies.Options(logger="wandb"))
     study_dir = Path(state.dir)
-    pipeline.run_stage_search(study_dir, state, "scratch", trainable.stage_trainable, verbose=0)
+    driver.run_stage_search(study_dir, state, "scratch", trainable.stage_trainable, verbose=0)
     (run_file,) = (study_dir / "wandb").glob("offline-run-*/run-*.wandb")
     records = list(wandb_records(run_file))
     def items(entries):  # W&B keeps a key in `key` or, split at dots, in `nested_key`
@@ -262,12 +267,12 @@ def test_errored_trial_resumed_is_one_complete_optuna_trial(tmp_path, ray_instan
     import ray
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this file
-    state = pipeline.create(str(CONFIG), TINY, tmp_path / "study", str(space_file(tmp_path, scratch=TWO)),
-                            pipeline.Options(max_failures=0))
+    state = studies.create(str(CONFIG), TINY, tmp_path / "study", str(space_file(tmp_path, scratch=TWO)),
+                            studies.Options(max_failures=0))
     study_dir = Path(state.dir)
-    pipeline.run_stage_search(study_dir, state, "scratch", fail_once_trainable, verbose=0)
+    driver.run_stage_search(study_dir, state, "scratch", fail_once_trainable, verbose=0)
     assert states(optuna_trials(study_dir, "scratch")) == ["COMPLETE", "FAIL"]
-    pipeline.run_stage_search(study_dir, state, "scratch", fail_once_trainable, verbose=0)  # Tuner.restore, resume_errored
+    driver.run_stage_search(study_dir, state, "scratch", fail_once_trainable, verbose=0)  # Tuner.restore, resume_errored
     rows = results.collect(study_dir)
     assert [r["status"] for r in rows] == ["completed", "completed"]
     trials = optuna_trials(study_dir, "scratch")

@@ -6,7 +6,8 @@ import yaml
 from ray_fixtures import CONFIG, TINY, ray_instance  # noqa: F401 (fixture)
 
 from sptune import files
-from sptune.tune import pipeline, results
+from sptune.tune.records import studies, results
+from sptune.tune.engine import driver
 
 pytestmark = pytest.mark.slow
 
@@ -18,18 +19,18 @@ LONG_PRETRAINING = ["pretrain.optim.max_steps=3000", "pretrain.optim.eval_every=
 def test_a_study_stopped_by_its_time_budget_resumes_to_the_end(tmp_path, ray_instance):
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump({"task": "listops-mini", "model": "transformer", "num_samples": 1,
-                                     "max_concurrent": 1, "stages": {s: ONE for s in pipeline.STAGES}}))
-    state = pipeline.create(str(CONFIG), TINY + LONG_PRETRAINING, tmp_path / "study", str(space))
+                                     "max_concurrent": 1, "stages": {s: ONE for s in studies.STAGES}}))
+    state = studies.create(str(CONFIG), TINY + LONG_PRETRAINING, tmp_path / "study", str(space))
     study_dir = tmp_path / "study"
 
-    rows = pipeline.run(study_dir, verbose=0, time_budget_s=15)
+    rows = driver.run_study(study_dir, verbose=0, time_budget_s=15)
     stages = files.read_json(study_dir / files.STUDY)["stage_status"]
     assert "pretrain" not in stages  # stopped inside it: not marked done, so a resume continues it
     assert [r["status"] for r in rows if r["stage"] == "pretrain"] != ["completed"]
     progress = files.read_json(next((study_dir / "pretrain").glob("*/progress.json")))
     assert 0 < progress["step"] < 3000
 
-    rows = pipeline.run(study_dir, verbose=0)  # the resume, without a budget
+    rows = driver.run_study(study_dir, verbose=0)  # the resume, without a budget
     assert [r["stage"] for r in rows] == ["pretrain", "finetune", "scratch"]
     assert all(r["status"] == "completed" for r in rows)
     pretraining = next(r for r in rows if r["stage"] == "pretrain")

@@ -9,7 +9,7 @@ import torch.distributed as dist
 from torch import nn
 
 from sptune import config, train_setup
-from sptune.tune import resources, trainable
+from sptune.tune.trials import resources, trainable
 
 
 @pytest.fixture

@@ -14,7 +14,11 @@ import yaml
 from ray_fixtures import CONFIG, REPO, TINY, bare_study, ray_instance, sptune_env  # noqa: F401 (fixture)
 
 from sptune import atomic, files
-from sptune.tune import pipeline, results, search, session, spaces, study_state, trainable
+from sptune.tune.records import studies, results, study_state
+from sptune.tune.engine import search, session
+from sptune.tune import spaces
+from sptune.tune.trials import trainable
+from sptune.tune.engine import driver
 from sptune.cli import main
 from sptune.errors import UserError
 from sptune.registry import MODELS, TASKS
@@ -35,8 +39,8 @@ def write_space(tmp_path, stages=None, **top):
 
 
 def new_study(tmp_path, stages=None, overrides=(), options=None, **top):
-    return pipeline.create(str(CONFIG), TINY + list(overrides), tmp_path / "study",
-                           str(write_space(tmp_path, stages, **top)), options or pipeline.Options())
+    return studies.create(str(CONFIG), TINY + list(overrides), tmp_path / "study",
+                           str(write_space(tmp_path, stages, **top)), options or studies.Options())
 
 
 def trial_dirs(study_dir, stage):
@@ -130,7 +134,7 @@ def test_asha_counts_the_budget_fraction():
 def test_study_direct_path_end_to_end(tmp_path, ray_instance):
     state = new_study(tmp_path, stages={"pretrain": {"params": {"optim.lr": [1e-3, 3e-3], "optim.batch_size": [8]}}})
     assert state.options.path == "direct"
-    rows = pipeline.run(state.dir, verbose=0)
+    rows = driver.run_study(state.dir, verbose=0)
     assert [r["stage"] for r in rows] == ["pretrain", "pretrain", "finetune", "scratch"]
     assert all(r["status"] == "completed" and r["path"] == "direct" and r["attempts"] == 1 for r in rows)
     assert len({r["optim.lr"] for r in rows if r["stage"] == "pretrain"}) == 2  # no point twice
@@ -187,14 +191,14 @@ def ended(row):
 
 def test_scratch_runs_beside_the_pretrain_finetune_chain(tmp_path, ray_instance):
     # One trial at a time per stage: two stages fit the test's 2 CPUs, in the engine's one Tune run.
-    state = new_study(tmp_path, options=pipeline.Options(max_failures=0, max_concurrent=1))
+    state = new_study(tmp_path, options=studies.Options(max_failures=0, max_concurrent=1))
     import ray
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this file
-    rows = pipeline.run(state.dir, verbose=0, trainable=pretrain_waiting_for_scratch)
+    rows = driver.run_study(state.dir, verbose=0, trainable=pretrain_waiting_for_scratch)
     assert [r["stage"] for r in rows] == ["pretrain", "finetune", "scratch"]  # each stage ran its own trials
     assert all(r["status"] == "completed" for r in rows)
-    assert files.read_json(Path(state.dir) / "study.json")["stage_status"] == dict.fromkeys(pipeline.STAGES, "done")
+    assert files.read_json(Path(state.dir) / "study.json")["stage_status"] == dict.fromkeys(studies.STAGES, "done")
     pretrain, finetune, scratch = rows
     assert finetune["init_trial"] == pretrain["trial_id"] and started(finetune) > ended(pretrain)
     assert started(scratch) < ended(pretrain)
@@ -203,7 +207,7 @@ def test_scratch_runs_beside_the_pretrain_finetune_chain(tmp_path, ray_instance)
 def test_diverged_trial_is_failed_and_the_search_continues(tmp_path, ray_instance):
     stages = {"scratch": {"params": {"optim.lr": [1e-3, 1e30], "optim.batch_size": [8]}}}
     state = new_study(tmp_path, stages, overrides=["optim.grad_clip=0"])
-    pipeline.run_stage_search(Path(state.dir), state, "scratch", trainable.stage_trainable, verbose=0)
+    driver.run_stage_search(Path(state.dir), state, "scratch", trainable.stage_trainable, verbose=0)
     rows = {r["optim.lr"]: r for r in results.collect(state.dir)}
     assert rows[1e-3]["status"] == "completed"
     assert rows[1e30]["status"] == "failed" and "non-finite loss" in rows[1e30]["reason"]
@@ -227,7 +231,7 @@ def kill_when(run_dir_glob, min_step, pid_of, found):
 def flaky_trainable(params, spec):
     """Raises once, at the first eval past step 20, in the first attempt of each trial."""
     from sptune import train
-    from sptune.tune import trainable as tr
+    from sptune.tune.trials import trainable as tr
 
     original = train.run_stage
 
@@ -261,7 +265,7 @@ def test_crashed_trial_is_retried_from_its_last_checkpoint(tmp_path, ray_instanc
         threading.Thread(target=kill_when, args=(lambda: trial_dirs(study_dir, "scratch") if
                                                  (study_dir / "scratch").is_dir() else [], 20, pid, found),
                          daemon=True).start()
-    pipeline.run_stage_search(study_dir, state, "scratch", fn, verbose=0)
+    driver.run_stage_search(study_dir, state, "scratch", fn, verbose=0)
     (row,) = results.collect(study_dir)
     starts = [int(s) for s in row["start_steps"].split(";")]
     assert row["status"] == "completed" and row["steps"] == 160 and row["attempts"] == 2
@@ -273,11 +277,11 @@ def test_crashed_trial_is_retried_from_its_last_checkpoint(tmp_path, ray_instanc
 
 
 def test_torch_trainer_path_with_two_ddp_workers(tmp_path, ray_instance):
-    options = pipeline.Options(workers=2, max_concurrent=1)
+    options = studies.Options(workers=2, max_concurrent=1)
     state = new_study(tmp_path, options=options)
     assert state.options.path == "train"  # chosen automatically for more than one worker
     study_dir = Path(state.dir)
-    pipeline.run_stage_search(study_dir, state, "scratch", trainable.stage_trainable, verbose=0)
+    driver.run_stage_search(study_dir, state, "scratch", trainable.stage_trainable, verbose=0)
     (row,) = results.collect(study_dir)
     assert row["status"] == "completed" and row["path"] == "train" and row["steps"] == 8 and row["devices"] == 2
     worker = files.read_json(Path(row["run_dir"]) / files.WORKER)
@@ -289,13 +293,13 @@ def test_torch_trainer_path_with_two_ddp_workers(tmp_path, ray_instance):
 @pytest.mark.slow
 def test_torch_trainer_restarts_a_killed_worker_from_its_checkpoint(tmp_path, ray_instance):
     state = new_study(tmp_path, overrides=["optim.max_steps=160", "optim.eval_every=10"],
-                      options=pipeline.Options(train_path="train", max_concurrent=1))
+                      options=studies.Options(train_path="train", max_concurrent=1))
     study_dir, found = Path(state.dir), []
     pid = lambda run_dir: files.read_json(run_dir / files.WORKER)["pid"]  # noqa: E731
     threading.Thread(target=kill_when, args=(lambda: trial_dirs(study_dir, "scratch") if
                                              (study_dir / "scratch").is_dir() else [], 20, pid, found),
                      daemon=True).start()
-    pipeline.run_stage_search(study_dir, state, "scratch", trainable.stage_trainable, verbose=0)
+    driver.run_stage_search(study_dir, state, "scratch", trainable.stage_trainable, verbose=0)
     (row,) = results.collect(study_dir)
     assert found and row["status"] == "completed" and row["steps"] == 160
     assert row["attempts"] == 1  # Ray Train replaced its worker; the Tune trial itself never failed
@@ -309,7 +313,7 @@ def test_asha_stops_only_on_our_steps_and_lets_finishers_finish(tmp_path, ray_in
     stages = {"scratch": {"params": {"optim.lr": [3e-3, 1e-3, 3e-4, 1e-5], "optim.batch_size": [8]}}}
     state = new_study(tmp_path, stages, overrides=["optim.max_steps=48", "optim.eval_every=8"], num_samples=4,
                       asha={"grace_period": 0.16, "reduction_factor": 2})  # rungs 0.16, 0.32, 0.64: evals 8, 16, 32 of 48
-    pipeline.run_stage_search(Path(state.dir), state, "scratch", trainable.stage_trainable, verbose=0)
+    driver.run_stage_search(Path(state.dir), state, "scratch", trainable.stage_trainable, verbose=0)
     state.stage_status["scratch"] = "done"
     study_state.save(state.dir, state)
     rows = results.collect(state.dir)
@@ -318,7 +322,7 @@ def test_asha_stops_only_on_our_steps_and_lets_finishers_finish(tmp_path, ray_in
         assert (row["status"], row["steps"] == 48) in {("completed", True), ("stopped", False)}
     stopped = [row for row in rows if row["status"] == "stopped"]
     assert stopped  # lr 1e-5 barely moves: below the others at a rung
-    for row in stopped:  # tested at its own best checkpoint when the stage ended (sptune.tune.stopped)
+    for row in stopped:  # tested at its own best checkpoint when the stage ended (sptune.tune.trials.stopped)
         assert math.isfinite(row["test_metric"]) and row["best_step"] <= row["steps"] < 48
         assert files.read_json(Path(row["run_dir"]) / files.RESULT)["status"] == "stopped"
 
@@ -367,9 +371,9 @@ def test_results_come_from_the_run_directories(tmp_path):
 
 
 def test_study_state_round_trips_through_study_json(tmp_path):
-    state = pipeline.create(str(CONFIG), TINY, tmp_path / "study")
+    state = studies.create(str(CONFIG), TINY, tmp_path / "study")
     loaded = study_state.load(tmp_path / "study")
-    assert loaded == state and isinstance(loaded.options, pipeline.Resolved) and loaded.selected is None
+    assert loaded == state and isinstance(loaded.options, studies.Resolved) and loaded.selected is None
     study_state.set_selected(tmp_path / "study", state, study_state.Selection(
         trial="t1", run_dir="r", step=8, checkpoint="r/best.pt", best_val=0.5))
     study_state.set_stage_status(tmp_path / "study", state, "pretrain", "done")
@@ -390,7 +394,7 @@ def test_tied_pretraining_trials_are_selected_by_val_loss(tmp_path):
     fake_trial(study, "pretrain", "a", 1e-3, dict(tied, best_val_loss=2.58))
     fake_trial(study, "pretrain", "b", 5e-4, dict(tied, best_val=148 / 1000 * (1 + 1e-15), best_val_loss=2.57))
     fake_trial(study, "pretrain", "c", 1e-4, dict(tied, best_val=147 / 1000, best_val_loss=2.50))
-    selected = pipeline.select_pretraining(study, study_state.load(study))
+    selected = studies.select_pretraining(study, study_state.load(study))
     assert selected.trial == "b" and selected.best_val_loss == 2.57
     assert selected.selected_by == "val metric, tie broken by val loss"
     assert study_state.load(study).selected == selected  # kept in study.json: a resume reuses it
@@ -444,11 +448,11 @@ def test_cli_smoke_study_then_results(tmp_path):
         # A few lines on the terminal (a line per trial, no Ray tables); everything else in the log.
         shown, log = proc.stdout.splitlines(), study_dir / "study.log"
         assert len(shown) <= 40 and proc.stderr == "" and shown[-1] == f"log: {log}", proc.stdout
-        assert sum(" completed, best val " in line for line in shown) == 3 * pipeline.SMOKE_SAMPLES
+        assert sum(" completed, best val " in line for line in shown) == 3 * studies.SMOKE_SAMPLES
         logged = log.read_text()
         assert "Trial status" in logged and "Trial status" not in proc.stdout
-        assert logged.count(" step 8/8 ") == 3 * pipeline.SMOKE_SAMPLES  # every trial's last eval line
-        assert len((study_dir / "results.csv").read_text().splitlines()) == 1 + 3 * pipeline.SMOKE_SAMPLES
+        assert logged.count(" step 8/8 ") == 3 * studies.SMOKE_SAMPLES  # every trial's last eval line
+        assert len((study_dir / "results.csv").read_text().splitlines()) == 1 + 3 * studies.SMOKE_SAMPLES
         again = subprocess.run([sys.executable, "-m", "sptune.cli", "results", str(study_dir)], capture_output=True,
                                text=True, env=sptune_env(), timeout=60)
         assert again.returncode == 0 and results.RULE in again.stdout

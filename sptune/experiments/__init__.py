@@ -1,6 +1,6 @@
 """The paper's experiments as reproducible grids of cells (scripts in studies/, one per table or figure).
 
-Words: a *study* is one `sptune study` (three searched stages, sptune.tune.pipeline); an *experiment*
+Words: a *study* is one `sptune study` (three searched stages, sptune.tune.records.studies); an *experiment*
 is one of the paper's tables or figures, made of *cells*; a cell is one study (tune backend) or one
 plain run per stage (plain backend).
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from sptune import baselines, pairs, registry, stats
 from sptune.experiments.plan import Plan
-from sptune.tune import boundary, results
+from sptune.tune.records import boundary, results
 
 SPT, SCRATCH, TIED = "masked", "scratch", "tied"  # arm keys: SPT, scratch, scratch at SPT's total steps
 ROLES = ("selection", "confirmation")
@@ -125,7 +125,7 @@ def convergence_table(done: list[dict[str, Any]]) -> list[str]:
 
 
 def boundary_lines(plan: Plan, rows: list[dict[str, Any]]) -> list[str]:
-    """The boundary check (sptune.tune.boundary) of every cell: a selected lr at the edge of its grid
+    """The boundary check (sptune.tune.records.boundary) of every cell: a selected lr at the edge of its grid
     (the plain backend searches nothing: it runs the grid's first point)."""
     if plan.backend != "tune":
         return []

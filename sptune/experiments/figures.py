@@ -231,9 +231,9 @@ def kernels(per_task: dict[str, list[dict[str, Any]]], experiment_dir: Path) -> 
 
 def learning_curves(plan: Any, rows: list[dict[str, Any]], path: Path) -> Path | None:
     """Figure 5 for an experiment: validation metric vs step and vs cumulative training FLOPs of each cell's
-    selected finetuning and scratch trials (sptune.tune.curves), one row of panels per cell of the lowest
+    selected finetuning and scratch trials (sptune.tune.records.curves), one row of panels per cell of the lowest
     seed; a compute-tied scratch cell (label `compute: tied`) of the same model and seed joins its panel."""
-    from sptune.tune import curves
+    from sptune.tune.records import curves
 
     seeds = [c.labels["seed"] for c in plan.cells if c.labels.get("seed") is not None]
     first = min(seeds) if seeds else None

@@ -234,7 +234,7 @@ class Recipe:
         return {**first, "optim.schedule": spec.schedule, "optim.warmup_steps": spec.warmup_steps}
 
     def space(self) -> dict[str, dict[str, Any]]:
-        """{stage: {"params", "points"}} (sptune.tune.search's format): the Appendix C.1 grid with the points
+        """{stage: {"params", "points"}} (sptune.tune.engine.search's format): the Appendix C.1 grid with the points
         added, learning rates high to low, batch sizes small to large; the points are evaluated first."""
         space = {}
         for stage in STAGES:

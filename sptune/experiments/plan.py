@@ -3,7 +3,7 @@
 A cell is one point of the experiment's grid (task, model, axis value, seed). It runs the stages it
 names: ("pretrain", "finetune", "scratch") gives the SPT arm and its scratch baseline, ("pretrain",
 "finetune") an SPT arm alone (e.g. causal SPT next to a masked cell that holds the shared baseline),
-("scratch",) and ("pretrain",) one stage. With the tune backend a cell is one study (sptune.tune.pipeline).
+("scratch",) and ("pretrain",) one stage. With the tune backend a cell is one study (sptune.tune.records.studies).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from sptune.atomic import write_text as write_text_atomic
 from sptune.experiments import architectures, figures
 from sptune.experiments.plan import Plan, load_plan
 from sptune.experiments.run import cell_columns, experiment_rows
-from sptune.tune import results
+from sptune.tune.records import results
 
 ARM_SUFFIX = {"scratch": "", "masked": " + Masked SPT", "causal": " + Causal SPT", "pretrain": " (pretrained)"}
 

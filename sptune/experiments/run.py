@@ -1,7 +1,7 @@
 """Run a paper experiment: every unfinished cell of its plan, by one of two backends:
 
-    tune   each cell is a study (its directory a study directory: sptune.tune.pipeline.create), and ONE
-           Ray Tune run serves every cell (sptune.tune.experiment): its searcher proposes every cell's
+    tune   each cell is a study (its directory a study directory: sptune.tune.records.studies.create), and ONE
+           Ray Tune run serves every cell (sptune.tune.engine.driver): its searcher proposes every cell's
            pretraining and scratch trials from the start and a cell's finetuning trials once that cell's
            pretraining selection is final, so the cells' trials share the cluster's slots and a cell
            waiting on its own pretraining leaves no slot idle. Resume: Tuner.restore of that run.
@@ -36,9 +36,9 @@ from sptune import atomic, files, output
 from sptune.config import STAGES, load as load_config
 from sptune.errors import UserError
 from sptune.experiments.plan import BACKENDS, Cell, Plan, plain_point, repo_space, save_plan, study_space
-from sptune.tune import results
+from sptune.tune.records import results
 from sptune.tune.options import Options
-from sptune.tune.session import ray_session
+from sptune.tune.engine.session import ray_session
 
 log = logging.getLogger("sptune.experiments")
 
@@ -75,14 +75,14 @@ def cell_budget(cell: Cell, backend: str, options: Options) -> list[Any]:
     """The cell's stages as sptune.budget counts them: its study's search (tune), or one run per
     stage at the plain backend's values (plain). Nothing is written."""
     from sptune import budget
-    from sptune.tune import pipeline
+    from sptune.tune.records import studies
 
     stages = tuple(s for s in STAGES if s in cell.stages)
     if backend == "plain":
         space = cell.space if cell.space is not None else repo_space(cell)
         return [budget.stage_budget(plain_config(cell, space, stage).to_dict(), stage, 1, [{}], cell.key)
                 for stage in stages]
-    state = pipeline.resolve(None, list(cell.overrides), options=options, space=study_space(cell, Path(cell.key)),
+    state = studies.resolve(None, list(cell.overrides), options=options, space=study_space(cell, Path(cell.key)),
                              check_rungs=False)
     return budget.study_budget(state, cell.key, stages)
 
@@ -93,13 +93,13 @@ def plain_config(cell: Cell, space: dict[str, Any] | None, stage: str):
 
 
 def create_cell_study(cell: Cell, cell_dir: Path, options: Options) -> None:
-    """The cell's study.json (pipeline.create), once: its stages then run in the experiment's Tune run."""
-    from sptune.tune import pipeline, study_state
+    """The cell's study.json (studies.create), once: its stages then run in the experiment's Tune run."""
+    from sptune.tune.records import studies, study_state
 
     if (cell_dir / files.STUDY).is_file():
         return
     cell_dir.mkdir(parents=True, exist_ok=True)
-    state = pipeline.create(None, list(cell.overrides), cell_dir, options=options, space=study_space(cell, cell_dir))
+    state = studies.create(None, list(cell.overrides), cell_dir, options=options, space=study_space(cell, cell_dir))
     for stage in STAGES:
         if stage not in cell.stages:
             state.stage_status[stage] = "skipped: not part of this experiment cell"
@@ -109,10 +109,10 @@ def create_cell_study(cell: Cell, cell_dir: Path, options: Options) -> None:
 def run_cells_tune(experiment_dir: Path, cells: list[Cell], options: Options, address: str | None,
                    on_cell: Callable[[Cell, str, float], None] | None,
                    trainable: Callable[..., None] | None = None) -> list[str]:
-    """Every cell's study in one Tune run (sptune.tune.experiment), so the cells share the cluster's slots.
+    """Every cell's study in one Tune run (sptune.tune.engine.driver), so the cells share the cluster's slots.
     Returns the keys of the cells that failed or did not finish. `on_cell` is called for each cell once
     the Tune run returns, still inside the Ray session (a caller may inspect what the cell left in Ray)."""
-    from sptune.tune import experiment
+    from sptune.tune.engine import driver
 
     cell_dirs = {}
     for cell in cells:
@@ -124,7 +124,7 @@ def run_cells_tune(experiment_dir: Path, cells: list[Cell], options: Options, ad
             record_error(cell, cell_dir, exc)
     with ray_session(experiment_dir, address) if cell_dirs else nullcontext():
         if cell_dirs:
-            experiment.run(experiment_dir, cell_dirs, **({"stage_fn": trainable} if trainable else {}),
+            driver.run_cells(experiment_dir, cell_dirs, **({"stage_fn": trainable} if trainable else {}),
                            time_budget_s=getattr(options, "time_budget_s", None))
         return [cell.key for cell in cells if not _report_cell(cell, cell_dirs.get(cell.key), on_cell)]
 
@@ -233,7 +233,7 @@ def run_experiment(experiment_dir: str | Path, plan: Plan, options: Options | No
     cells that failed or did not finish; a failure's error is in cells/<key>/error.txt, and they are
     retried next time. `on_cell(cell, "done" | "failed", seconds)` is called for each cell that ran (plain: its
     wall time; tune: once the experiment's Tune run returns, with the cell's device-seconds). `trainable` replaces the tune backend's
-    trial function (tests, benchmarks: see sptune.tune.experiment.cell_trainable)."""
+    trial function (tests, benchmarks: see sptune.tune.engine.driver.cell_trainable)."""
     if plan.backend not in BACKENDS:
         raise UserError(f"--backend {plan.backend!r}; choose one of: {', '.join(BACKENDS)}")
     experiment_dir = Path(experiment_dir).resolve()

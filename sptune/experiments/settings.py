@@ -8,6 +8,7 @@ fast setting on the embedded tasks.
 
 from __future__ import annotations
 
+import importlib.resources
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,6 @@ def column(task: str, paper_task: str, smoke: bool, suffix: str = "") -> str:
 # The main job's setting (studies/architectures.py): the embedded real task UCR OSULeaf, a Transformer and
 # S4D of the same backbone, each with its lr grid chosen on the selection seed 0 (docs/main-job-selection.md).
 # The data-fraction and SPT-ratio experiments take it with --cpu, so their findings sit on the same ground.
-ROOT = Path(__file__).resolve().parents[2]  # the checkout the studies/ scripts run from (configs/ live there)
 CPU_TASK = "ucr-osuleaf"
 CPU_MODELS = {"transformer": ("transformer", "Transformer"), "s4": ("s4d-legs", "S4D")}  # config -> (space, display)
 
@@ -93,7 +93,8 @@ FIRST_LR_GRID = {"transformer": [3e-4, 1e-3, 3e-3, 1e-2], "s4": [1e-3, 3e-3, 1e-
 def cpu_overrides(model: str) -> list[str]:
     """configs/ucr_osuleaf_<model>.yaml as `section.key=value` overrides (cells are built from overrides),
     its `stages:` block as `<stage>.section.key=value`."""
-    data = yaml.safe_load((ROOT / "configs" / f"ucr_osuleaf_{model}.yaml").read_text())
+    # Package data (sptune.configs): the same file from a checkout, an editable install or a wheel.
+    data = yaml.safe_load((importlib.resources.files("sptune.configs") / f"ucr_osuleaf_{model}.yaml").read_text())
     stages = data.pop("stages", None) or {}
     return ([f"{section}.{key}={value}" for section, values in data.items() for key, value in values.items()]
             + [f"{stage}.{section}.{key}={value}" for stage, sections in stages.items()

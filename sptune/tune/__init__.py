@@ -4,7 +4,7 @@
     options.py     the one option set and flag vocabulary of a search (`sptune study`, the experiment scripts)
     trainable.py   one trial = one stage run, directly in the Tune trial or under Ray Train's TorchTrainer
     search.py      search-space files -> Optuna searcher (+ ASHA) for Ray Tune
-    pipeline.py    the study: pretraining search -> finetuning from the best trial, scratch baseline; resume
+    studies.py    the study: pretraining search -> finetuning from the best trial, scratch baseline; resume
     results.py     results.csv of a study or an experiment (one schema), the selected trial, the summary
     boundary.py    the warning when a selected value sits at the edge of its searched grid
     curves.py      learning curves (validation vs step and vs training FLOPs) of the selected trials

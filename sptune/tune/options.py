@@ -1,7 +1,7 @@
 """How a study's searches run: one option set and one set of flag names for every entry point
 (`sptune study`, sptune.api.run_study, the paper-experiment scripts in studies/).
 
-None means "the search-space file's value, else the default" (sptune.tune.pipeline.resolve_options).
+None means "the search-space file's value, else the default" (sptune.tune.records.studies.resolve_options).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 from sptune.errors import UserError
 from sptune.tune.loggers import LOGGERS
 from sptune.tune.spaces import SAMPLERS
-from sptune.tune.trainable import PATHS
+from sptune.tune.trials.trainable import PATHS
 
 
 @dataclass
@@ -36,7 +36,7 @@ class Options:
 @dataclass(frozen=True, kw_only=True)
 class Resolved:
     """What a study runs with: its Options resolved against its search-space file and the defaults
-    (sptune.tune.pipeline.resolve_options). study.json keeps it; every stage and cell reads it from there."""
+    (sptune.tune.records.studies.resolve_options). study.json keeps it; every stage and cell reads it from there."""
 
     num_samples: int  # trials per stage (capped at each grid's size)
     max_concurrent: int  # trials of one stage at once
@@ -50,7 +50,7 @@ class Resolved:
     max_failures: int
     smoke: bool
     logger: str = "tensorboard"
-    path: str  # "direct" | "train": how a trial trains (sptune.tune.trainable)
+    path: str  # "direct" | "train": how a trial trains (sptune.tune.trials.trainable)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

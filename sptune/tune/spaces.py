@@ -1,5 +1,5 @@
 """Search-space files: `search_spaces/<task>/<model>.yaml` -> a validated SearchSpace (no Ray, no Optuna:
-reading or checking a space imports neither; sptune.tune.search turns one into Tune's searcher).
+reading or checking a space imports neither; sptune.tune.engine.search turns one into Tune's searcher).
 
 A search-space file holds, per stage (pretrain / finetune / scratch), the grid of flattened config
 keys to search and the points to evaluate first (the paper's best values, Tables 4-6):
@@ -15,7 +15,7 @@ Top-level keys: num_samples, max_concurrent, seed, sampler (SAMPLERS), asha, res
 Early stopping: ASHA on our own clock (the fraction of each trial's budget), from an `asha:` block,
 `--asha`, or by default for a stage of at least ASHA_MIN_TRIALS trials whose evals meet its rungs
 (`--no-asha` turns it off). A trial it stops gets its test metric at its best checkpoint when the
-stage ends (sptune.tune.stopped).
+stage ends (sptune.tune.trials.stopped).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """How each trial of a stage ended, recorded on the driver by a Tune callback: a crash after its last
-retry (error.json + TensorBoard status `failed`, see sptune.tune.failures) or a trial ASHA stopped
-(status `stopped`; its test metric comes later, from sptune.tune.stopped). Completed and
+retry (error.json + TensorBoard status `failed`, see sptune.tune.trials.failures) or a trial ASHA stopped
+(status `stopped`; its test metric comes later, from sptune.tune.trials.stopped). Completed and
 deterministically failed trials record themselves in result.json."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sptune import atomic, files
-from sptune.tune import failures, trainable
+from sptune.tune.trials import failures, trainable
 
 
 def make_outcomes_callback(spec: Any):

@@ -2,7 +2,7 @@
 search space, the resolved options) and what has happened (each stage's status, the pretraining checkpoint
 that finetuning starts from). Every module that reads or changes a study's state goes through here.
 
-Concurrent stages (pipeline.run) change one state from two threads: every change and write holds one lock,
+Concurrent stages (studies.run) change one state from two threads: every change and write holds one lock,
 and the file is written atomically. This module reads files only; it imports no Ray.
 """
 
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sptune import atomic, files, selection
+from sptune.config import STAGES
 from sptune.errors import UserError
 from sptune.tune.options import Resolved
 
@@ -24,7 +25,7 @@ DONE = "done"  # a stage status; the others are "skipped: <why>"
 
 @dataclass(kw_only=True)
 class Selection:
-    """The pretraining checkpoint finetuning starts from, chosen on validation (pipeline.select_pretraining)."""
+    """The pretraining checkpoint finetuning starts from, chosen on validation (studies.select_pretraining)."""
 
     trial: str  # the pretraining trial's id
     run_dir: str
@@ -106,3 +107,12 @@ def set_selected(study_dir: str | Path, state: StudyState, selected: Selection) 
     with _lock:
         state.selected = selected
         save(study_dir, state)
+
+
+def stage_finished(status: Any) -> bool:
+    return str(status) == DONE or str(status).startswith("skipped")
+
+
+def cell_finished(state: StudyState) -> bool:
+    """Every stage of the cell's study is done or skipped."""
+    return all(stage_finished(state.stage_status.get(stage)) for stage in STAGES)

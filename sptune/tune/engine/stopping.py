@@ -1,6 +1,6 @@
 """Stopping the engine's Tune run without interrupting a write: its loop ends at a step boundary.
 
-A signal (sptune.tune.interrupts) sets the run's stopping event; a time budget sets a deadline. Tune runs
+A signal (sptune.tune.engine.interrupts) sets the run's stopping event; a time budget sets a deadline. Tune runs
 its callbacks between steps, so StopAtStepBoundary raises there, never inside a checkpoint or an
 experiment-state write; tune.run's `except Exception` then stops the trial actors and re-raises, and the
 run's unfinished trials continue on a resume.

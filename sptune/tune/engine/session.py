@@ -28,7 +28,7 @@ from typing import Iterable, Iterator
 
 from sptune import atomic, files
 from sptune.errors import UserError
-from sptune.tune import interrupts
+from sptune.tune.engine import interrupts
 
 log = logging.getLogger("sptune.tune")
 
@@ -63,7 +63,7 @@ def ray_session(run_dir: str | Path, address: str | None = None) -> Iterator[Non
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     # Ray Train's checkpoints (the train path) force an experiment snapshot each (num_to_keep=1): wanted.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    # One signal handler, sptune.tune.interrupts: Tune's own would end its loop "normally".
+    # One signal handler, sptune.tune.engine.interrupts: Tune's own would end its loop "normally".
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
     if ray.is_initialized():
         yield

@@ -15,9 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from sptune.atomic import replacing
-from sptune.tune import results
-from sptune.tune.search_plots import PLOTS_DIR
-from sptune.tune.trial_rows import TrialRow
+from sptune.tune.records import results
+from sptune.tune.records.search_plots import PLOTS_DIR
+from sptune.tune.records.trial_rows import TrialRow
 
 CURVES_PNG = "learning-curves.png"
 ARMS = (("scratch", "scratch", "tab:gray"), ("finetune", "SPT (pretrain → finetune)", "tab:blue"))

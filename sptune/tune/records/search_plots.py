@@ -24,7 +24,7 @@ from optuna.visualization import matplotlib as ovm  # noqa: E402
 from sptune import files
 from sptune.config import STAGES
 from sptune.atomic import replacing  # noqa: E402
-from sptune.tune import search  # noqa: E402
+from sptune.tune.records import journal  # noqa: E402
 
 log = logging.getLogger("sptune.tune")
 
@@ -34,14 +34,14 @@ PLOTS_DIR = "plots"
 def write(study_dir: str | Path) -> list[Path]:
     """Every plot that the stages' finished trials allow; returns the PNG paths."""
     study_dir = Path(study_dir)
-    journal = study_dir / files.OPTUNA_JOURNAL
-    if not journal.is_file():
+    journal_path = study_dir / files.OPTUNA_JOURNAL
+    if not journal_path.is_file():
         return []
-    storage = search.journal_storage(journal)
+    storage = journal.journal_storage(journal_path)
     names = {s.study_name for s in storage.get_all_studies()}
     paths = []
     for stage in STAGES:
-        name = search.optuna_study_name(study_dir, stage)
+        name = journal.optuna_study_name(study_dir, stage)
         if name not in names:
             continue
         study = optuna.load_study(study_name=name, storage=storage)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from sptune.config import STAGES
-from sptune.tune.trial_rows import TrialRow
+from sptune.tune.records.trial_rows import TrialRow
 
 
 def warnings(selected: dict[str, TrialRow | None], space: dict[str, Any]) -> list[str]:

@@ -1,7 +1,7 @@
 """A stage on the terminal: one progress bar (trials done / total, best validation so far, ETA) and one
 line per finished trial, drawn by a Tune callback on the study's console (sptune.output).
 
-Without a console (tests, a plain `pipeline.run`) the callback stays silent. Tune pickles its
+Without a console (tests, a plain `studies.run`) the callback stays silent. Tune pickles its
 callbacks with the experiment (tuner.pkl) and brings them back on restore, so the callback keeps
 only its settings and makes the bar when the (restored) stage starts.
 """
@@ -15,7 +15,7 @@ from typing import Any
 from ray.tune import Callback
 
 from sptune import output
-from sptune.tune.trainable import searched
+from sptune.tune.trials.trainable import searched
 
 
 # A trial's progress is the fraction of its own budget it trained (the `budget` each eval reports: epochs or

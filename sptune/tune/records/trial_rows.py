@@ -1,7 +1,7 @@
 """One trial of a study as a row: the type every reader of results shares (results.csv's columns, the
 summary, the experiment reports, the seeds table, the learning curves).
 
-A row is built from the trial's run directory (sptune.tune.results.trial_row). It stays a dict, because it
+A row is built from the trial's run directory (sptune.tune.records.results.trial_row). It stays a dict, because it
 also carries the trial's searched params under their dotted names ("optim.lr", "optim.batch_size"), which
 no type can list in advance; the declared keys below are every other column, in results.csv's order.
 """

@@ -62,7 +62,7 @@ class TrialSpec:
     cpus_per_worker: float = 1.0
     gpus_per_worker: float = 0.0
     max_failures: int = 2  # Ray Train's own retries of a worker group (train path)
-    init: dict[str, Any] | None = None  # finetune: the selected pretraining trial (pipeline.select_pretraining)
+    init: dict[str, Any] | None = None  # finetune: the selected pretraining trial (studies.select_pretraining)
     hparam_domains: dict[str, list[Any]] = field(default_factory=dict)  # grids, for TensorBoard HParams
 
     @property
@@ -166,8 +166,8 @@ def run_guarded(cfg: Config, stage: str, init_from: Path | None, on_eval: Any, r
     """run_stage on the device this Ray process was given (on a Ray Train worker, `train_device()`:
     Train's GPU for it); a deterministic failure (GPUs torch cannot use, CUDA out of memory, a damaged
     or another model's checkpoint) ends the trial as `failed` with its reason instead of raising, since a
-    retry would fail the same way (sptune.tune.failures)."""
-    from sptune.tune import failures, resources
+    retry would fail the same way (sptune.tune.trials.failures)."""
+    from sptune.tune.trials import failures, resources
 
     device, reason = resources.trial_device(cfg.run.device)
     if reason is None:

@@ -6,14 +6,14 @@ process, in its main thread: several Tuners at once are not supported by Ray (Tu
                      on the cell's own Optuna journal), asked in PRIORITY order; a stage is proposed once
                      the protocol lets it start (sptune.protocol: finetuning after its cell's pretraining
                      has ended and its selection is written to the cell's study.json)
-    GroupScheduler   ASHA per (cell, stage) where the cell's options ask for it (sptune.tune.routing)
+    GroupScheduler   ASHA per (cell, stage) where the cell's options ask for it (sptune.tune.engine.routing)
     GroupCallbacks   per (cell, stage): trial outcomes, trackers, and a stage's progress bar (one cell)
-    signals          sptune.tune.interrupts: Ctrl-C / SIGTERM end the loop at a step boundary
+    signals          sptune.tune.engine.interrupts: Ctrl-C / SIGTERM end the loop at a step boundary
 
-Each trial runs as its cell's study runs it (pipeline.trial_spec), so every cell directory is a study
+Each trial runs as its cell's study runs it (studies.trial_spec), so every cell directory is a study
 directory: study.json with its stage states and selection, <stage>/<trial run dir>/, results via
-sptune.tune.results.collect. A stage is marked done when its last trial ends, after ASHA's stopped
-trials got their test metric (sptune.tune.stopped); never while the run is stopping.
+sptune.tune.records.results.collect. A stage is marked done when its last trial ends, after ASHA's stopped
+trials got their test metric (sptune.tune.trials.stopped); never while the run is stopping.
 
 Resume: the Tune run (<dir>/tune/experiment) is restored with Tuner.restore; the searcher is saved with
 Tune's snapshots (save/restore) and each sub-searcher reopens its journal. Adding cells (more seeds) to a
@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import time
 import traceback
 from contextlib import contextmanager
 from functools import partial
@@ -36,11 +37,14 @@ from ray.tune.search import Searcher
 
 from sptune import atomic, files, output, protocol
 from sptune.config import STAGES
-from sptune.tune import interrupts, loggers, outcomes, pipeline, resources, search, spaces, stopped
-from sptune.tune import stopping_stages, study_state
-from sptune.tune.routing import Group, GroupCallbacks, GroupScheduler
-from sptune.tune.study_state import StudyState
-from sptune.tune.trainable import LINEAGE_KEY, stage_trainable, trial_resources
+from sptune.tune import loggers, spaces
+from sptune.tune.engine import interrupts, search, stopping
+from sptune.tune.engine.routing import Group, GroupCallbacks, GroupScheduler
+from sptune.tune.engine.session import ray_session
+from sptune.tune.records import journal, results, seeds, studies, study_state
+from sptune.tune.records.study_state import DONE, StudyState, stage_finished
+from sptune.tune.trials import outcomes, resources, stopped
+from sptune.tune.trials.trainable import LINEAGE_KEY, stage_trainable, trial_resources
 
 log = logging.getLogger("sptune.tune")
 
@@ -49,23 +53,13 @@ RUNS_FILE = "runs.json"  # tune run name -> the cells it serves
 # Which stage's trials to propose first when several are runnable: finetuning ends a cell's critical
 # path, pretraining opens it, scratch depends on nothing and fills what is left.
 PRIORITY = ("finetune", "pretrain", "scratch")
-DONE = "done"
 PENDING_ENV = "TUNE_MAX_PENDING_TRIALS_PG"
 MAX_PENDING = 200  # Tune's own figure for fast autoscaling
 
 
-def stage_finished(status: Any) -> bool:
-    return str(status) == DONE or str(status).startswith("skipped")
-
-
-def cell_finished(state: StudyState) -> bool:
-    """Every stage of the cell's study is done or skipped."""
-    return all(stage_finished(state.stage_status.get(stage)) for stage in STAGES)
-
-
 class CellsSearcher(Searcher):
     """The composite searcher over `cell_dirs` ({cell key: study directory with its study.json}); `stop_key`
-    names the run's stopping event (stopping_stages), `stages` the stages this run may propose."""
+    names the run's stopping event (stopping), `stages` the stages this run may propose."""
 
     def __init__(self, cell_dirs: dict[str, Path], stop_key: str = "", stages: tuple[str, ...] = STAGES) -> None:
         super().__init__(metric=search.METRIC, mode=search.MODE)
@@ -100,7 +94,7 @@ class CellsSearcher(Searcher):
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None,
                           error: bool = False) -> None:
-        if stopping_stages.is_stopping(self.stop_key):
+        if stopping.is_stopping(self.stop_key):
             return  # a trial ended by the stop is not finished: Optuna and the stage states must not count it
         group = self.group_of.get(trial_id)
         self.live.discard(trial_id)
@@ -145,7 +139,7 @@ class CellsSearcher(Searcher):
         study_dir = Path(self.cell_dirs[cell])
         if not protocol.can_start(stage, lambda before: stage_finished(state.stage_status.get(before))):
             return False
-        if protocol.prerequisite(stage) and not pipeline.select_pretraining(study_dir, state):
+        if protocol.prerequisite(stage) and not studies.select_pretraining(study_dir, state):
             study_state.set_stage_status(study_dir, state, stage, protocol.NO_PRETRAINING)
             return False
         options = state.options
@@ -154,7 +148,7 @@ class CellsSearcher(Searcher):
         self.subs[f"{cell}/{stage}"] = search.limit(
             search.make_searcher(stage_space, options.sampler, options.seed,
                                  journal=study_dir / files.OPTUNA_JOURNAL,
-                                 study_name=search.optuna_study_name(study_dir, stage)),
+                                 study_name=journal.optuna_study_name(study_dir, stage)),
             options.max_concurrent)
         return True
 
@@ -165,7 +159,7 @@ class CellsSearcher(Searcher):
         running = any(self.group_of[t] == group for t in self.live)
         if group in self.exhausted and not running and stage not in state.stage_status:
             study_dir = Path(self.cell_dirs[cell])
-            stopped.test_stopped(study_dir, stage, pipeline.trial_spec(study_dir, state, stage))
+            stopped.test_stopped(study_dir, stage, studies.trial_spec(study_dir, state, stage))
             study_state.set_stage_status(study_dir, state, stage, DONE)
 
     def _state(self, cell: str) -> StudyState:
@@ -207,7 +201,7 @@ def cell_of(config: dict[str, Any]) -> tuple[Path, str]:
 def cell_trainable(config: dict[str, Any], stage_fn: Callable[..., None] = stage_trainable) -> None:
     """A trial of any cell: run as that cell's study runs its stage's trials (the spec read from study.json)."""
     study_dir, stage = cell_of(config)
-    stage_fn(config, spec=pipeline.trial_spec(study_dir, study_state.load(study_dir), stage))
+    stage_fn(config, spec=studies.trial_spec(study_dir, study_state.load(study_dir), stage))
 
 
 def trial_placement(resources: dict[str, dict[str, float]], config: dict[str, Any]):
@@ -227,11 +221,11 @@ def group_scheduler(group: Group) -> Any:
 
 def group_callbacks(progress: bool, group: Group) -> list:
     """A (cell, stage)'s callbacks: how each trial ended, the cell's tracker, and (`progress`) its stage's bar."""
-    from sptune.tune.progress import StageProgress
+    from sptune.tune.engine.progress import StageProgress
 
     study_dir, stage = Path(group[0]), group[1]
     state = study_state.load(study_dir)
-    made = [outcomes.make_outcomes_callback(pipeline.trial_spec(study_dir, state, stage)),
+    made = [outcomes.make_outcomes_callback(studies.trial_spec(study_dir, state, stage)),
             *loggers.callbacks(state.options.logger, study_dir, stage)]
     if progress:
         parsed = spaces.parse({"stages": {stage: state.space["stages"][stage]}}).stages[stage]
@@ -239,10 +233,10 @@ def group_callbacks(progress: bool, group: Group) -> list:
     return made
 
 
-def run(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callable[..., None] = stage_trainable,
+def run_cells(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callable[..., None] = stage_trainable,
         verbose: int = 0, time_budget_s: float | None = None, stages: tuple[str, ...] = STAGES) -> None:
     """Run (or continue, from experiment_dir/tune/<run>) every stage of every cell in one Tune run, in this
-    (the main) thread. Every cell directory must already hold its study.json (pipeline.create). `stages`
+    (the main) thread. Every cell directory must already hold its study.json (studies.create). `stages`
     limits what this run proposes (a test running one stage's search). Raises interrupts.Interrupted when a
     signal stopped the run (its trials continue on a resume); a time budget ends it cleanly."""
     from ray import tune as ray_tune
@@ -253,13 +247,13 @@ def run(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callable[...
     for state in states.values():
         loggers.prepare(state.options.logger)
         loggers.create_experiment(state.options.logger, Path(state.dir))
-    placement = {key: trial_resources(pipeline.trial_spec(path, states[key], "scratch"))
+    placement = {key: trial_resources(studies.trial_spec(path, states[key], "scratch"))
                  for key, path in cell_dirs.items()}
     fn = ray_tune.with_resources(ray_tune.with_parameters(cell_trainable, stage_fn=stage_fn),
                                  partial(trial_placement, placement))
     storage = experiment_dir / "tune"
     name = tune_run_name(storage, sorted(cell_dirs))
-    stop_key = stopping_stages.key(experiment_dir, name)  # signals and --time-budget end the run at a step boundary
+    stop_key = stopping.key(experiment_dir, name)  # signals and --time-budget end the run at a step boundary
     if ray_tune.Tuner.can_restore(str(storage / name)):
         log.info("restoring the Tune run from %s", storage / name)
         tuner = ray_tune.Tuner.restore(str(storage / name), fn, resume_unfinished=True, resume_errored=True)
@@ -274,7 +268,7 @@ def run(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callable[...
                 failure_config=ray_tune.FailureConfig(max_failures=max_failures(states)),
                 checkpoint_config=ray_tune.CheckpointConfig(num_to_keep=1),
                 # Tune's own TensorBoard logger is left out: a study's TensorBoard runs are its trials'.
-                callbacks=[stopping_stages.StopAtStepBoundary(stop_key), JsonLoggerCallback(), CSVLoggerCallback(),
+                callbacks=[stopping.StopAtStepBoundary(stop_key), JsonLoggerCallback(), CSVLoggerCallback(),
                            GroupCallbacks(partial(group_callbacks, len(cell_dirs) == 1),
                                           groups if len(cell_dirs) == 1 else [])]))
     fit(tuner, stop_key, concurrency_bound(states), time_budget_s)
@@ -282,7 +276,7 @@ def run(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callable[...
 
 def fit(tuner: Any, stop_key: str, concurrency: int, time_budget_s: float | None) -> None:
     """tuner.fit() with the run's stop shared by the signal handler and the time budget."""
-    stop = stopping_stages.register(stop_key, time_budget_s)
+    stop = stopping.register(stop_key, time_budget_s)
     # Tune keeps one trial pending at a time behind a custom searcher (tune_controller.get_max_pending_trials):
     # a slot freed while another trial's actor starts would wait for it. The cells' own limits bound the
     # pending trials instead (queued trials are also what makes an autoscaler add nodes).
@@ -294,7 +288,7 @@ def fit(tuner: Any, stop_key: str, concurrency: int, time_budget_s: float | None
                 if not stop.event.is_set():
                     raise
     finally:
-        stopping_stages.unregister(stop_key)
+        stopping.unregister(stop_key)
     interrupts.raise_if_received()  # the loop ended at a step boundary because of a signal
     if stop.budget_reached:
         output.say(f"time budget of {time_budget_s:g} s reached: stopped cleanly; resume to continue")
@@ -351,3 +345,57 @@ def max_failures(states: dict[str, StudyState]) -> int:
 def _trial_name(trial: Any) -> str:
     study_dir, stage = cell_of(trial.config)
     return f"{study_dir.name}_{stage}_{trial.trial_id}"
+
+
+# ----------------------------------------------------------------------------- a study, a multi-seed study
+def run_study(study_dir: str | Path, address: str | None = None, verbose: int = 1,
+        trainable: Callable[..., None] = stage_trainable, retry_failed: bool = False,
+        time_budget_s: float | None = None) -> list[dict[str, Any]]:
+    """Run (or continue) every stage of a study, as the engine's one cell; returns the results rows (also
+    in results.csv).
+
+    `time_budget_s` bounds this driver run's wall time: the Tune loop then stops at a step boundary, its
+    stages unfinished, and a resume continues them (a budget belongs to a run, not to the study).
+    `retry_failed` also reruns, from their last checkpoint, the crashed trials of finished stages (a
+    finished stage keeps its selection: finetuning still starts from the trial chosen before).
+    `trainable` is the Tune function of each trial (stage_trainable; a test may wrap it); `verbose` is
+    Tune's own verbosity (its tables go wherever stdout goes: see sptune.api and sptune.output).
+    """
+    study_dir = Path(study_dir).resolve()
+    state = study_state.load(study_dir)
+    log.info("%s", studies.describe_path(state.options))
+    with ray_session(study_dir, address):
+        crashed = retry_failed and any(studies.crashed_trials(study_dir, stage) for stage in STAGES)
+        if crashed or not study_state.cell_finished(state):
+            run_cells(study_dir, {study_dir.name: study_dir}, stage_fn=trainable, verbose=verbose,
+                  time_budget_s=time_budget_s)
+    rows = results.collect(study_dir)
+    results.write_csv(rows, study_dir / files.RESULTS_CSV)
+    return rows
+
+
+def run_stage_search(study_dir: Path, state: StudyState, stage: str, trainable: Callable[..., None],
+                     verbose: int = 0) -> None:
+    """One stage's search alone, inside a running Ray session (tests, benchmarks): the engine proposing
+    only `stage`."""
+    run_cells(Path(study_dir), {Path(study_dir).name: Path(study_dir)}, stage_fn=trainable, verbose=verbose,
+              stages=(stage,))
+
+
+def run_seeds(parent: str | Path, address: str | None = None, verbose: int = 1,
+        time_budget_s: float | None = None) -> dict[str, Any]:
+    """Run (or continue) every seed's study as a cell of the engine's one Tune run, then write the summary
+    files (and each seed's results.csv)."""
+    parent = Path(parent).resolve()
+    spec = files.read_json(parent / files.SEEDS)
+    cells = {seeds.seed_dir_name(seed): parent / seeds.seed_dir_name(seed) for seed in spec["seeds"]}
+    start = time.perf_counter()
+    with ray_session(parent, address):
+        todo = {key: path for key, path in cells.items() if not study_state.cell_finished(study_state.load(path))}
+        try:
+            if todo:
+                run_cells(parent, todo, verbose=verbose, time_budget_s=time_budget_s)
+        finally:
+            for path in cells.values():
+                results.write_csv(results.collect(path), path / files.RESULTS_CSV)
+    return seeds.report(parent, wall_seconds=(spec.get("wall_seconds") or 0.0) + time.perf_counter() - start)

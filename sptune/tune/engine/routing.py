@@ -1,6 +1,6 @@
 """Per-(cell, stage) parts inside the engine's one Tune run: each group of trials keeps its own scheduler
-state and its own callbacks, routed by the trial's lineage (sptune.tune.trainable.LINEAGE_KEY), the way
-experiment.CellsSearcher routes its searchers.
+state and its own callbacks, routed by the trial's lineage (sptune.tune.trials.trainable.LINEAGE_KEY), the way
+driver.CellsSearcher routes its searchers.
 
     GroupScheduler   ASHA per (cell, stage): one rung ladder per group, since trials of different cells and
                      stages have different tasks, metrics and budgets and must never be compared
@@ -16,7 +16,7 @@ from typing import Any, Callable
 from ray.tune import Callback
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
-from sptune.tune.trainable import LINEAGE_KEY
+from sptune.tune.trials.trainable import LINEAGE_KEY
 
 Group = tuple[str, str]  # (the cell's study directory, the stage)
 

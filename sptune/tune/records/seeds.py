@@ -1,5 +1,5 @@
-"""A multi-seed study: the same SPT study (sptune.tune.pipeline) once per seed, each seed a cell of the
-engine's one Tune run (sptune.tune.experiment), plus a paired summary.
+"""A multi-seed study: the same SPT study (sptune.tune.records.studies) once per seed, each seed a cell of the
+engine's one Tune run (sptune.tune.engine.driver), plus a paired summary.
 
     sptune study configs/shapes_tiny_transformer.yaml --seeds 0 1 2 3 4 --dir runs/seeds
     sptune resume runs/seeds          # finished seeds are kept, an interrupted one continues
@@ -22,7 +22,7 @@ from sptune import atomic, files, pairs
 from sptune.atomic import write_text as write_text_atomic
 from sptune.config import STAGES
 from sptune.errors import UserError
-from sptune.tune import pipeline, results, session, study_state
+from sptune.tune.records import studies, results, study_state
 from sptune.tune.options import Options
 
 
@@ -43,40 +43,15 @@ def create(config_path: str, overrides: list[str], parent: str | Path, seed_list
     spec = {"version": 1, "config": str(config_path), "overrides": list(overrides), "seeds": list(seed_list),
             "search_space": space_path, "options": asdict(options), "created": time.time()}
     for seed in seed_list:
-        pipeline.create(config_path, [*overrides, f"run.seed={seed}"], parent / seed_dir_name(seed),
+        studies.create(config_path, [*overrides, f"run.seed={seed}"], parent / seed_dir_name(seed),
                         space_path, options)
     atomic.write_json(parent / files.SEEDS, spec)
     return spec
 
 
-def run(parent: str | Path, address: str | None = None, verbose: int = 1,
-        time_budget_s: float | None = None) -> dict[str, Any]:
-    """Run (or continue) every seed's study as a cell of the engine's one Tune run, then write the summary
-    files (and each seed's results.csv)."""
-    from sptune.tune import experiment
-
-    parent = Path(parent).resolve()
-    spec = files.read_json(parent / files.SEEDS)
-    cells = {seed_dir_name(seed): parent / seed_dir_name(seed) for seed in spec["seeds"]}
-    start = time.perf_counter()
-    with session.ray_session(parent, address):
-        todo = {key: path for key, path in cells.items() if not experiment.cell_finished(study_state.load(path))}
-        try:
-            if todo:
-                experiment.run(parent, todo, verbose=verbose, time_budget_s=time_budget_s)
-        finally:
-            for path in cells.values():
-                results.write_csv(results.collect(path), path / files.RESULTS_CSV)
-    return report(parent, wall_seconds=(spec.get("wall_seconds") or 0.0) + time.perf_counter() - start)
-
-
 # ----------------------------------------------------------------------------- a multi-seed study directory
-def is_seeds_dir(path: str | Path) -> bool:
-    return (Path(path) / files.SEEDS).is_file()
-
-
 def study_pair(seed: int, study_dir: Path) -> tuple[pairs.Pair, str | None]:
-    """One seed's pair from its study directory (sptune.tune.results: each stage's selected trial)."""
+    """One seed's pair from its study directory (sptune.tune.records.results: each stage's selected trial)."""
     if not (study_dir / files.STUDY).is_file():
         return pairs.Pair(seed, None, None, status="not started"), None
     rows = results.collect(study_dir)

@@ -1,4 +1,4 @@
-"""The SPT study: its records and how to create them; the engine (sptune.tune.experiment) runs it as an
+"""The SPT study: its records and how to create them; the engine (sptune.tune.engine.driver) runs it as an
 experiment of one cell, in one Tune run.
 
     pretrain   search the pretraining grid
@@ -11,19 +11,19 @@ A study directory holds everything, so `sptune resume <dir>` needs nothing else:
 
     study.json            what was asked (configs per stage, search space, options), stage states,
                           the selected pretraining trial and what selected it (selected_by)
-    pretrain|finetune|scratch/<run>/   one run directory per trial (see sptune.tune.trainable)
+    pretrain|finetune|scratch/<run>/   one run directory per trial (see sptune.tune.trials.trainable)
     tune/experiment/      Ray Tune's experiment state, for Tuner.restore (tune/runs.json: which run)
     optuna.journal        every stage's Optuna study `<study dir name>/<stage>` (optuna-dashboard reads it)
     study.log             everything Ray, Tune and the trials printed (sptune.output)
     train/                Ray Train runs (TorchTrainer path)
-    results.csv           one row per trial (sptune.tune.results)
+    results.csv           one row per trial (sptune.tune.records.results)
 
 Resume: the Tune run is restored (resume_unfinished, resume_errored): Tune keeps its finished trials and
 the searcher's state, and each unfinished trial continues from its run directory's last.pt (or Tune's copy
-of it). `--retry-failed` also restores a finished study that has crashed trials (sptune.tune.failures).
+of it). `--retry-failed` also restores a finished study that has crashed trials (sptune.tune.trials.failures).
 
 A GPU study first checks that the cluster has, or its autoscaler can add, nodes with the GPUs a
-trial worker asks for (sptune.tune.resources): otherwise no trial could ever start.
+trial worker asks for (sptune.tune.trials.resources): otherwise no trial could ever start.
 """
 
 from __future__ import annotations
@@ -32,18 +32,18 @@ import copy
 import logging
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from sptune import files, protocol
 from sptune.config import STAGES
 from sptune.config import load as load_config
 from sptune.errors import UserError
 from sptune.registry import check_names
-from sptune.tune import loggers, results, spaces, study_state
+from sptune.tune import loggers, spaces
+from sptune.tune.records import results, study_state
 from sptune.tune.options import Options, Resolved
-from sptune.tune.study_state import Selection, StudyState
-from sptune.tune.session import ray_session
-from sptune.tune.trainable import PATHS, TrialSpec, choose_path, stage_trainable
+from sptune.tune.records.study_state import Selection, StudyState
+from sptune.tune.trials.trainable import PATHS, TrialSpec, choose_path
 
 log = logging.getLogger("sptune.tune")
 
@@ -162,45 +162,7 @@ def describe_path(options: Resolved) -> str:
             f"({options.cpus_per_worker:g} CPU{gpus}), DDP with {'nccl' if gpus else 'gloo'}")
 
 
-# ----------------------------------------------------------------------------- running
-def run(study_dir: str | Path, address: str | None = None, verbose: int = 1,
-        trainable: Callable[..., None] = stage_trainable, retry_failed: bool = False,
-        time_budget_s: float | None = None) -> list[dict[str, Any]]:
-    """Run (or continue) every stage of a study, as the engine's one cell; returns the results rows (also
-    in results.csv).
-
-    `time_budget_s` bounds this driver run's wall time: the Tune loop then stops at a step boundary, its
-    stages unfinished, and a resume continues them (a budget belongs to a run, not to the study).
-    `retry_failed` also reruns, from their last checkpoint, the crashed trials of finished stages (a
-    finished stage keeps its selection: finetuning still starts from the trial chosen before).
-    `trainable` is the Tune function of each trial (stage_trainable; a test may wrap it); `verbose` is
-    Tune's own verbosity (its tables go wherever stdout goes: see sptune.api and sptune.output).
-    """
-    from sptune.tune import experiment
-
-    study_dir = Path(study_dir).resolve()
-    state = study_state.load(study_dir)
-    log.info("%s", describe_path(state.options))
-    with ray_session(study_dir, address):
-        crashed = retry_failed and any(crashed_trials(study_dir, stage) for stage in STAGES)
-        if crashed or not experiment.cell_finished(state):
-            experiment.run(study_dir, {study_dir.name: study_dir}, stage_fn=trainable, verbose=verbose,
-                           time_budget_s=time_budget_s)
-    rows = results.collect(study_dir)
-    results.write_csv(rows, study_dir / files.RESULTS_CSV)
-    return rows
-
-
-def run_stage_search(study_dir: Path, state: StudyState, stage: str, trainable: Callable[..., None],
-                     verbose: int = 0) -> None:
-    """One stage's search alone, inside a running Ray session (tests, benchmarks): the engine proposing
-    only `stage`."""
-    from sptune.tune import experiment
-
-    experiment.run(Path(study_dir), {Path(study_dir).name: Path(study_dir)}, stage_fn=trainable, verbose=verbose,
-                   stages=(stage,))
-
-
+# ----------------------------------------------------------------------------- what the engine reads
 def crashed_trials(study_dir: Path, stage: str) -> list[Path]:
     """Run directories of the stage's trials that crashed after their last retry (error.json)."""
     stage_dir = study_dir / stage

@@ -27,7 +27,7 @@ STATUS = "stopped"
 def test_stopped(study_dir: Path, stage: str, spec: Any = None) -> list[Path]:
     """Test every trial of an ended stage that has a best checkpoint but no result and no crash record;
     returns their run directories. With the stage's TrialSpec, the trial's TensorBoard HParams outcome
-    (written `stopped` by sptune.tune.outcomes) gets the test metric too."""
+    (written `stopped` by sptune.tune.trials.outcomes) gets the test metric too."""
     stage_dir = Path(study_dir) / stage
     if not stage_dir.is_dir():
         return []
@@ -40,7 +40,7 @@ def test_stopped(study_dir: Path, stage: str, spec: Any = None) -> list[Path]:
         trial = files.read_json(run_dir / files.TRIAL)
         result = stopped_result(run_dir, stage, int(trial.get("workers", 1)))
         if spec is not None:
-            from sptune.tune import trainable
+            from sptune.tune.trials import trainable
 
             trainable.write_hparams(run_dir, spec, trial["params"], result, result["steps"])
         log.info("%s: stopped early at step %d, test %s %.4f at its best checkpoint (step %d)", run_dir.name,

@@ -21,14 +21,13 @@ from typing import Any
 
 import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution
-from optuna.storages import JournalStorage
-from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 from ray.tune.schedulers import ASHAScheduler
 from ray.tune.search import ConcurrencyLimiter, Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from sptune.errors import UserError
+from sptune.tune.records.journal import journal_storage
 from sptune.tune.spaces import FULL_BUDGET, StageSpace
 
 METRIC = "best_val"  # every trial reports its running best validation metric under this name
@@ -40,14 +39,6 @@ TIME_ATTR = "budget"
 
 
 # ----------------------------------------------------------------------------- Ray Tune / Optuna objects
-def journal_storage(path: str | Path) -> JournalStorage:
-    return JournalStorage(JournalFileBackend(str(Path(path).resolve())))
-
-
-def optuna_study_name(study_dir: str | Path, stage: str) -> str:
-    return f"{Path(study_dir).resolve().name}/{stage}"
-
-
 def make_searcher(stage: StageSpace, sampler: str = "auto", seed: int = 0, journal: str | Path | None = None,
                   study_name: str | None = None) -> "UniqueOptunaSearch":
     """The stage's searcher; with `journal` its Optuna study `study_name` is kept in that journal file

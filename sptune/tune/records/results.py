@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from sptune import files, protocol
-from sptune.tune import boundary, study_state
-from sptune.tune.study_state import StudyState
-from sptune.tune.trial_rows import COLUMNS, RESULT_KEYS, TrialRow
+from sptune.tune.records import boundary, study_state
+from sptune.tune.records.study_state import StudyState
+from sptune.tune.records.trial_rows import COLUMNS, RESULT_KEYS, TrialRow
 from sptune.config import STAGES
 from sptune.atomic import write_text as write_text_atomic
 
@@ -73,7 +73,7 @@ def trial_row(run_dir: Path, stage_done: bool) -> TrialRow:
     if result is not None:
         row.update({key: result.get(key) for key in RESULT_KEYS})
     else:
-        # Crashed after its last retry (Tune's error, sptune.tune.failures), stopped early (ASHA) or
+        # Crashed after its last retry (Tune's error, sptune.tune.trials.failures), stopped early (ASHA) or
         # still to be resumed: the latest eval is all there is.
         error = files.read_json(run_dir / files.TRIAL_ERROR) if (run_dir / files.TRIAL_ERROR).is_file() else None
         row.update(status="failed" if error else "stopped" if stage_done else "unfinished",

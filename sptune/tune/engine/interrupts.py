@@ -3,14 +3,14 @@
     before and after Tune's loop   the signal raises Interrupted in the main thread: the command line prints
                                    the resume command and exits 130 (SIGINT) or 143 (SIGTERM)
     during Tune's loop             the signal only sets the run's stopping event; the loop ends at its next
-                                   step boundary (stopping_stages.StopAtStepBoundary), never inside a write
+                                   step boundary (stopping.StopAtStepBoundary), never inside a write
                                    of Tune's state or of a trial's files, and the engine then raises
                                    Interrupted (no stage is marked done: its trials may have been cut short)
     a second signal                exits at once (os._exit), after printing the resume command
 
 Ray's workers block SIGINT (ray._private.services), so a terminal's Ctrl-C reaches the driver alone; Ray's
 own driver SIGTERM handler (sys.exit, set by ray.init) is replaced again after ray.init, and Tune's SIGINT
-handler is disabled (TUNE_DISABLE_SIGINT_HANDLER, sptune.tune.session): there is one handler, this one.
+handler is disabled (TUNE_DISABLE_SIGINT_HANDLER, sptune.tune.engine.session): there is one handler, this one.
 """
 
 from __future__ import annotations
