@@ -70,6 +70,7 @@ class CellsSearcher(Searcher):
         self.remaining: dict[str, int] = {}  # trials a sub-searcher may still propose (the stage's count)
         self.group_of: dict[str, str] = {}  # Tune trial id -> "<cell>/<stage>", kept after the trial ends
         self.live: set[str] = set()  # trials proposed and not yet ended (an errored one rerun comes back)
+        self.crashed: set[str] = set()  # trials Tune reported as errored (not tested as stopped ones)
         self.failed_cells: set[str] = set()
         self.states: dict[str, StudyState] = {}  # study.json of each cell; this searcher writes them
 
@@ -90,6 +91,7 @@ class CellsSearcher(Searcher):
         group = self.group_of.get(trial_id)
         if group in self.subs:
             self.live.add(trial_id)  # an errored trial that Tune runs again (resume_errored) is live again
+            self.crashed.discard(trial_id)
             self.subs[group].on_trial_result(trial_id, result)
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None,
@@ -98,6 +100,8 @@ class CellsSearcher(Searcher):
             return  # a trial ended by the stop is not finished: Optuna and the stage states must not count it
         group = self.group_of.get(trial_id)
         self.live.discard(trial_id)
+        if error:
+            self.crashed.add(trial_id)
         if group not in self.subs:
             return
         self.subs[group].on_trial_complete(trial_id, result, error=error)
@@ -159,7 +163,8 @@ class CellsSearcher(Searcher):
         running = any(self.group_of[t] == group for t in self.live)
         if group in self.exhausted and not running and stage not in state.stage_status:
             study_dir = Path(self.cell_dirs[cell])
-            stopped.test_stopped(study_dir, stage, studies.trial_spec(study_dir, state, stage))
+            spec = studies.trial_spec(study_dir, state, stage)
+            stopped.test_stopped(study_dir, stage, spec, frozenset(self.crashed))
             study_state.set_stage_status(study_dir, state, stage, DONE)
 
     def _state(self, cell: str) -> StudyState:

@@ -24,8 +24,9 @@ log = logging.getLogger("sptune.tune")
 STATUS = "stopped"
 
 
-def test_stopped(study_dir: Path, stage: str, spec: Any = None) -> list[Path]:
-    """Test every trial of an ended stage that has a best checkpoint but no result and no crash record;
+def test_stopped(study_dir: Path, stage: str, spec: Any = None, crashed: frozenset[str] = frozenset()) -> list[Path]:
+    """Test every trial of an ended stage that has a best checkpoint but no result and no crash record (nor
+    is among `crashed`, the Tune trial ids the engine was told crashed);
     returns their run directories. With the stage's TrialSpec, the trial's TensorBoard HParams outcome
     (written `stopped` by sptune.tune.trials.outcomes) gets the test metric too."""
     stage_dir = Path(study_dir) / stage
@@ -38,6 +39,8 @@ def test_stopped(study_dir: Path, stage: str, spec: Any = None) -> list[Path]:
         if not (run_dir / files.BEST).is_file() or not (run_dir / files.LAST).is_file():
             continue  # stopped before its first eval: nothing to test (results lists it as stopped)
         trial = files.read_json(run_dir / files.TRIAL)
+        if trial.get("trial_id") in crashed:
+            continue  # Tune reported it crashed; its error.json may not be written yet (callbacks run after)
         result = stopped_result(run_dir, stage, int(trial.get("workers", 1)))
         if spec is not None:
             from sptune.tune.trials import trainable
