@@ -74,7 +74,7 @@ def resume_study(study_dir: str | Path, *, address: str | None = None, output: s
 
     _check_output(output)
     study_dir = Path(study_dir).resolve()
-    kind = layout.kind(study_dir)
+    kind = layout.kind_of(study_dir)
     if kind == layout.EXPERIMENT:
         raise UserError(f"{study_dir} is an experiment: run its studies/*.py script again with the same flags "
                         f"to continue it")
@@ -104,13 +104,14 @@ def _run(results_dir: Path, address: str | None, mode: str, header: list[str], r
             for line in header + [f"log: {log_path}   (Ray, Tune and every trial's output)"]:
                 console.line(line)
         # Tune's tables always go to the log; the terminal gets them only when echoing (verbose).
-        if layout.kind(results_dir) == layout.SEEDS:
-            driver.run_seeds(results_dir, address=address, verbose=1, time_budget_s=time_budget_s)
+        if layout.kind_of(results_dir) == layout.SEEDS:
+            text, paths = _seeds_report(driver.run_seeds(results_dir, address=address, verbose=1,
+                                                         time_budget_s=time_budget_s))
         else:
-            driver.run_study(results_dir, address=address, verbose=1, retry_failed=retry_failed,
-                             time_budget_s=time_budget_s)
+            rows = driver.run_study(results_dir, address=address, verbose=1, retry_failed=retry_failed,
+                                    time_budget_s=time_budget_s)
+            text, paths = _study_report(results_dir, rows)
         console.line()
-        text, paths = report(results_dir)
         console.line(text)
         console.line(_paths_line(results_dir, paths))
         console.line(f"log: {log_path}")
@@ -123,14 +124,13 @@ def report(results_dir: str | Path, plots: bool = True, plot_path: str | Path | 
     written beside it (`plots`: also its PNG plots), from its run directories alone (no training);
     results.csv is rewritten. `plot_path`: a multi-seed study's plot once more at that path.
     `sptune report` and `sptune results` (the latter without plots)."""
-    from sptune.tune.records import curves, layout, results, search_plots
+    from sptune.tune.records import layout, results
     from sptune.tune.records import seeds as seed_cells
 
     results_dir = Path(results_dir).resolve()
-    kind = layout.kind(results_dir)
+    kind = layout.kind_of(results_dir)
     if kind == layout.SEEDS:
-        out = seed_cells.report(results_dir, plot_path=plot_path)
-        return out["text"], [out["table"], out["csv"], out["plot"], *([out["extra_plot"]] if plot_path else [])]
+        return _seeds_report(seed_cells.report(results_dir, plot_path=plot_path))
     if kind == layout.EXPERIMENT:
         from sptune.experiments import report as experiment_report
 
@@ -138,10 +138,22 @@ def report(results_dir: str | Path, plots: bool = True, plot_path: str | Path | 
         return "\n".join(out.get("summary_lines", [])), [out["table"], out["results"], *out["plots"]]
     rows = results.collect(results_dir)
     results.write_csv(rows, results_dir / files.RESULTS_CSV)
+    return _study_report(results_dir, rows, plots)
+
+
+def _study_report(study_dir: Path, rows: list[dict[str, Any]], plots: bool = True) -> tuple[str, list[Path]]:
+    """The summary of a study's rows (results.csv already written) and, with `plots`, its PNG plots."""
+    from sptune.tune.records import curves, results, search_plots
+
     if not plots:
-        return results.summary(results_dir, rows), []
-    curve = curves.write(results_dir, rows)
-    return results.summary(results_dir, rows), search_plots.write(results_dir) + ([curve] if curve else [])
+        return results.summary(study_dir, rows), []
+    curve = curves.write(study_dir, rows)
+    return results.summary(study_dir, rows), search_plots.write(study_dir) + ([curve] if curve else [])
+
+
+def _seeds_report(out: dict[str, Any]) -> tuple[str, list[Path]]:
+    """What sptune.tune.records.seeds.report wrote, as (table text, files)."""
+    return out["text"], [out["table"], out["csv"], out["plot"], *([out["extra_plot"]] if "extra_plot" in out else [])]
 
 
 def _paths_line(results_dir: Path, paths: list[Path]) -> str:
@@ -155,11 +167,8 @@ def succeeded(results_dir: str | Path) -> bool:
     from sptune.tune.records import layout, results
     from sptune.tune.records import seeds as seed_cells
 
-    results_dir = Path(results_dir)
-    if layout.kind(results_dir) == layout.SEEDS:
-        spec = files.read_json(results_dir / files.SEEDS)
-        paired = seed_cells.report(results_dir)["paired"]
-        return paired is not None and paired.n == len(spec["seeds"])
+    if layout.kind_of(results_dir) == layout.SEEDS:
+        return seed_cells.all_paired(results_dir)
     rows = results.collect(results_dir)
     return all(results.best_row(rows, stage)[0] for stage in STAGES)
 

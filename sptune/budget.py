@@ -129,11 +129,10 @@ def _key(cfg: Config) -> str:
 # ----------------------------------------------------------------------------- one study
 def study_budget(state: StudyState, cell: str = "", stages: tuple[str, ...] = STAGES) -> list[StageBudget]:
     """The stages of a resolved study (studies.resolve's state), each summed over its trials."""
-    from sptune.tune import spaces
+    from sptune.tune.records import studies
 
-    space = spaces.parse({"stages": state.space["stages"]}, state.space["path"])
-    return [stage_budget(state.stages[stage], stage, spaces.trial_count(space.stages[stage],
-                         state.options.num_samples), shape_points(space.stages[stage].params), cell)
+    return [stage_budget(state.stages[stage], stage, studies.stage_trials(state, stage),
+                         shape_points(studies.stage_space(state, stage).params), cell)
             for stage in stages]
 
 

@@ -210,9 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sptune: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as stop:
-        hint = interrupts.resume_hint() or "rerun the same command"
-        print(f"sptune: interrupted; continue with `{hint}` (from the last checkpoints)", file=sys.stderr)
-        return getattr(stop, "exit_code", 130)
+        return interrupts.stopped(stop, "from the last checkpoints")
 
 
 if __name__ == "__main__":

@@ -95,8 +95,7 @@ def main(experiment: str, build_plan: Callable[[argparse.Namespace], Plan], desc
         print(f"sptune: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as stop:
-        print(f"sptune: interrupted; continue with `{interrupts.resume_hint()}` (the same command)", file=sys.stderr)
-        return getattr(stop, "exit_code", 130)
+        return interrupts.stopped(stop, "the same command")
     for line in paths.get("summary_lines", []):
         print(line)
     print(f"table: {paths['table']}")

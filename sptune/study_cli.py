@@ -16,7 +16,6 @@ Both commands are sptune.api.run_study / resume_study: the same options from Pyt
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Callable
 
@@ -144,9 +143,7 @@ def _interruptible(study_dir: Path, run: Callable[[], Path]) -> int:
     try:
         study_dir = run()
     except KeyboardInterrupt as stop:
-        print(f"sptune: interrupted; continue with `{hint}` (log: {study_dir.resolve() / files.STUDY_LOG})",
-              file=sys.stderr)
-        return getattr(stop, "exit_code", 130)
+        return interrupts.stopped(stop, f"log: {study_dir.resolve() / files.STUDY_LOG}")
     return 0 if api.succeeded(study_dir) else 1
 
 

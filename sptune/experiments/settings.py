@@ -9,7 +9,6 @@ fast setting on the embedded tasks.
 from __future__ import annotations
 
 import importlib.resources
-from pathlib import Path
 from typing import Any
 
 import yaml

@@ -147,10 +147,9 @@ class CellsSearcher(Searcher):
             study_state.set_stage_status(study_dir, state, stage, protocol.NO_PRETRAINING)
             return False
         options = state.options
-        stage_space = spaces.parse({"stages": {stage: state.space["stages"][stage]}}).stages[stage]
-        self.remaining[f"{cell}/{stage}"] = spaces.trial_count(stage_space, options.num_samples)
+        self.remaining[f"{cell}/{stage}"] = studies.stage_trials(state, stage)
         self.subs[f"{cell}/{stage}"] = search.limit(
-            search.make_searcher(stage_space, options.sampler, options.seed,
+            search.make_searcher(studies.stage_space(state, stage), options.sampler, options.seed,
                                  journal=study_dir / files.OPTUNA_JOURNAL,
                                  study_name=journal.optuna_study_name(study_dir, stage)),
             options.max_concurrent)
@@ -197,7 +196,6 @@ class CellsSearcher(Searcher):
             sub.searcher.reopen_journal()  # trials asked after the snapshot go back to the queue
 
 
-
 def cell_of(config: dict[str, Any]) -> tuple[Path, str]:
     lineage = config[LINEAGE_KEY]
     return Path(lineage["study_dir"]), lineage["stage"]
@@ -220,8 +218,7 @@ def group_scheduler(group: Group) -> Any:
     """ASHA for a (cell, stage) whose options ask for it at its trial count, else None (FIFO)."""
     study_dir, stage = group
     state = study_state.load(study_dir)
-    parsed = spaces.parse({"stages": {stage: state.space["stages"][stage]}}).stages[stage]
-    return search.make_scheduler(spaces.stage_asha(state.options, spaces.trial_count(parsed, state.options.num_samples)))
+    return search.make_scheduler(spaces.stage_asha(state.options, studies.stage_trials(state, stage)))
 
 
 def group_callbacks(progress: bool, group: Group) -> list:
@@ -233,13 +230,12 @@ def group_callbacks(progress: bool, group: Group) -> list:
     made = [outcomes.make_outcomes_callback(studies.trial_spec(study_dir, state, stage)),
             *loggers.callbacks(state.options.logger, study_dir, stage)]
     if progress:
-        parsed = spaces.parse({"stages": {stage: state.space["stages"][stage]}}).stages[stage]
-        made.append(StageProgress(stage, spaces.trial_count(parsed, state.options.num_samples)))
+        made.append(StageProgress(stage, studies.stage_trials(state, stage)))
     return made
 
 
 def run_cells(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callable[..., None] = stage_trainable,
-        verbose: int = 0, time_budget_s: float | None = None, stages: tuple[str, ...] = STAGES) -> None:
+              verbose: int = 0, time_budget_s: float | None = None, stages: tuple[str, ...] = STAGES) -> None:
     """Run (or continue, from experiment_dir/tune/<run>) every stage of every cell in one Tune run, in this
     (the main) thread. Every cell directory must already hold its study.json (studies.create). `stages`
     limits what this run proposes (a test running one stage's search). Raises interrupts.Interrupted when a
@@ -329,11 +325,8 @@ def pending_trials(count: int) -> Iterator[None]:
 
 def total_trials(states: dict[str, StudyState]) -> int:
     """Every trial any cell may run: Tune's upper bound (the searcher says FINISHED when all cells are done)."""
-    total = 0
-    for state in states.values():
-        parsed = spaces.parse({"stages": state.space["stages"]}).stages
-        total += sum(spaces.trial_count(parsed[p], state.options.num_samples)
-                     for p in STAGES if p not in state.stage_status)
+    total = sum(studies.stage_trials(state, stage) for state in states.values()
+                for stage in STAGES if stage not in state.stage_status)
     return max(total, 1)
 
 
@@ -354,8 +347,8 @@ def _trial_name(trial: Any) -> str:
 
 # ----------------------------------------------------------------------------- a study, a multi-seed study
 def run_study(study_dir: str | Path, address: str | None = None, verbose: int = 1,
-        trainable: Callable[..., None] = stage_trainable, retry_failed: bool = False,
-        time_budget_s: float | None = None) -> list[dict[str, Any]]:
+              trainable: Callable[..., None] = stage_trainable, retry_failed: bool = False,
+              time_budget_s: float | None = None) -> list[dict[str, Any]]:
     """Run (or continue) every stage of a study, as the engine's one cell; returns the results rows (also
     in results.csv).
 
@@ -373,7 +366,7 @@ def run_study(study_dir: str | Path, address: str | None = None, verbose: int = 
         crashed = retry_failed and any(studies.crashed_trials(study_dir, stage) for stage in STAGES)
         if crashed or not study_state.cell_finished(state):
             run_cells(study_dir, {study_dir.name: study_dir}, stage_fn=trainable, verbose=verbose,
-                  time_budget_s=time_budget_s)
+                      time_budget_s=time_budget_s)
     rows = results.collect(study_dir)
     results.write_csv(rows, study_dir / files.RESULTS_CSV)
     return rows
@@ -388,7 +381,7 @@ def run_stage_search(study_dir: Path, state: StudyState, stage: str, trainable: 
 
 
 def run_seeds(parent: str | Path, address: str | None = None, verbose: int = 1,
-        time_budget_s: float | None = None) -> dict[str, Any]:
+              time_budget_s: float | None = None) -> dict[str, Any]:
     """Run (or continue) every seed's study as a cell of the engine's one Tune run, then write the summary
     files (and each seed's results.csv)."""
     parent = Path(parent).resolve()

@@ -86,6 +86,14 @@ def raise_if_received() -> None:
         raise Interrupted(_received[0])
 
 
+def stopped(stop: KeyboardInterrupt, where: str = "") -> int:
+    """Print how to continue a run that a signal stopped (`where`: what to read meanwhile, e.g. the log) and
+    return the exit code: 128 + the signal, 130 for a KeyboardInterrupt that came another way."""
+    hint = _resume_hint or "rerun the same command"
+    print(f"sptune: interrupted; continue with `{hint}`" + (f" ({where})" if where else ""), file=sys.stderr)
+    return getattr(stop, "exit_code", 128 + signal.SIGINT)
+
+
 def _handle(signum: int, frame: object) -> None:
     if _received:  # the second one: no more waiting
         _say(f"{signal.Signals(signum).name} again: exiting at once")

@@ -41,12 +41,11 @@ class GroupScheduler(FIFOScheduler):
             self.schedulers[group] = self.make(group)
         return self.schedulers[group]
 
-    def _known(self, scheduler: Any, controller: Any, trial: Any) -> bool:
+    def _ensure_added(self, scheduler: Any, controller: Any, trial: Any) -> None:
         """ASHA learns a trial in on_trial_add; a trial restored into a newer snapshot may not have been added."""
         info = getattr(scheduler, "_trial_info", None)
         if info is not None and trial.trial_id not in info:
             scheduler.on_trial_add(controller, trial)
-        return True
 
     def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
         scheduler = self._of(trial)
@@ -57,12 +56,13 @@ class GroupScheduler(FIFOScheduler):
         scheduler = self._of(trial)
         if scheduler is None:
             return TrialScheduler.CONTINUE
-        self._known(scheduler, tune_controller, trial)
+        self._ensure_added(scheduler, tune_controller, trial)
         return scheduler.on_trial_result(tune_controller, trial, result)
 
     def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict) -> None:
         scheduler = self._of(trial)
-        if scheduler is not None and self._known(scheduler, tune_controller, trial):
+        if scheduler is not None:
+            self._ensure_added(scheduler, tune_controller, trial)
             scheduler.on_trial_complete(tune_controller, trial, result)
 
     def on_trial_error(self, tune_controller: Any, trial: Any) -> None:

@@ -22,7 +22,7 @@ from sptune import atomic, files, pairs
 from sptune.atomic import write_text as write_text_atomic
 from sptune.config import STAGES
 from sptune.errors import UserError
-from sptune.tune.records import studies, results, study_state
+from sptune.tune.records import layout, results, studies, study_state
 from sptune.tune.options import Options
 
 
@@ -35,11 +35,7 @@ def create(config_path: str, overrides: list[str], parent: str | Path, seed_list
     if any(o.split("=", 1)[0] in ("run.seed", "scratch.run.seed", "pretrain.run.seed", "finetune.run.seed")
            for o in overrides):
         raise UserError("pass seeds with --seeds, not a run.seed= override")
-    if (parent / files.SEEDS).is_file():
-        raise UserError(f"{parent} already holds a multi-seed study; continue it with `sptune resume {parent}` "
-                        f"or pass another --dir")
-    if (parent / files.STUDY).is_file():
-        raise UserError(f"{parent} holds a single-seed study; pass another --dir")
+    layout.check_free(parent)
     spec = {"version": 1, "config": str(config_path), "overrides": list(overrides), "seeds": list(seed_list),
             "search_space": space_path, "options": asdict(options), "created": time.time()}
     for seed in seed_list:
@@ -70,6 +66,18 @@ def study_pair(seed: int, study_dir: Path) -> tuple[pairs.Pair, str | None]:
                 **pairs.convergence("scratch", results.run_result(best["scratch"]))), metric
 
 
+def all_pairs(parent: Path, spec: dict[str, Any]) -> tuple[list[pairs.Pair], str | None]:
+    """Every seed's pair, in the order asked, and the task's metric (read from the seed studies, nothing written)."""
+    found = [study_pair(seed, parent / seed_dir_name(seed)) for seed in spec["seeds"]]
+    return [pair for pair, _ in found], next((metric for _, metric in found if metric), None)
+
+
+def all_paired(parent: str | Path) -> bool:
+    """Every seed has both arms completed (the exit code of `sptune study --seeds`)."""
+    spec = files.read_json(Path(parent) / files.SEEDS)
+    return all(pair.complete for pair in all_pairs(Path(parent), spec)[0])
+
+
 def report(parent: str | Path, wall_seconds: float | None = None, plot_path: str | Path | None = None
            ) -> dict[str, Any]:
     """Rebuild seeds.md, seeds.csv, seeds.png and summary.json of a multi-seed study from its seed studies
@@ -77,11 +85,7 @@ def report(parent: str | Path, wall_seconds: float | None = None, plot_path: str
 
     parent = Path(parent).resolve()
     spec = files.read_json(parent / files.SEEDS)
-    seed_pairs, metric = [], None
-    for seed in spec["seeds"]:
-        pair, m = study_pair(seed, parent / seed_dir_name(seed))
-        seed_pairs.append(pair)
-        metric = metric or m
+    seed_pairs, metric = all_pairs(parent, spec)
     if wall_seconds is not None:  # the run that just finished: keep its wall time for later reports
         spec["wall_seconds"] = wall_seconds
         atomic.write_json(parent / files.SEEDS, spec)

@@ -40,7 +40,7 @@ from sptune.config import load as load_config
 from sptune.errors import UserError
 from sptune.registry import check_names
 from sptune.tune import loggers, spaces
-from sptune.tune.records import results, study_state
+from sptune.tune.records import layout, results, study_state
 from sptune.tune.options import Options, Resolved
 from sptune.tune.records.study_state import Selection, StudyState
 from sptune.tune.trials.trainable import PATHS, TrialSpec, choose_path
@@ -61,9 +61,7 @@ def create(config_path: str | None, overrides: list[str], study_dir: str | Path,
     The search space is `space` when given (a paper-experiment cell builds its own), else the file
     `space_path`, else search_spaces/<task>/<model>.yaml."""
     study_dir = Path(study_dir).resolve()
-    if (study_dir / files.STUDY).is_file():
-        raise UserError(f"{study_dir} already holds a study; continue it with `sptune resume {study_dir}` "
-                        f"or pass another --dir")
+    layout.check_free(study_dir)
     state = resolve(config_path, overrides, space_path, options, space)
     state.dir = str(study_dir)
     study_dir.mkdir(parents=True, exist_ok=True)
@@ -163,6 +161,16 @@ def describe_path(options: Resolved) -> str:
 
 
 # ----------------------------------------------------------------------------- what the engine reads
+def stage_space(state: StudyState, stage: str) -> spaces.StageSpace:
+    """The stage's grid as study.json keeps it, parsed."""
+    return spaces.parse({"stages": {stage: state.space["stages"][stage]}}).stages[stage]
+
+
+def stage_trials(state: StudyState, stage: str) -> int:
+    """How many trials the stage's search runs (its grid's size, capped by num_samples)."""
+    return spaces.trial_count(stage_space(state, stage), state.options.num_samples)
+
+
 def crashed_trials(study_dir: Path, stage: str) -> list[Path]:
     """Run directories of the stage's trials that crashed after their last retry (error.json)."""
     stage_dir = study_dir / stage

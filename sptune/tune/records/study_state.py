@@ -2,13 +2,12 @@
 search space, the resolved options) and what has happened (each stage's status, the pretraining checkpoint
 that finetuning starts from). Every module that reads or changes a study's state goes through here.
 
-Concurrent stages (studies.run) change one state from two threads: every change and write holds one lock,
-and the file is written atomically. This module reads files only; it imports no Ray.
+Only the engine's searcher changes it, in the driver's main thread (sptune.tune.engine.driver); the file is
+written atomically. This module reads files only; it imports no Ray.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -72,9 +71,6 @@ class StudyState:
             "selected": Selection(**selected) if selected else None})
 
 
-_lock = threading.RLock()
-
-
 def path_of(study_dir: str | Path) -> Path:
     return Path(study_dir) / files.STUDY
 
@@ -93,20 +89,17 @@ def read(study_dir: str | Path) -> StudyState | None:
 
 
 def save(study_dir: str | Path, state: StudyState) -> None:
-    with _lock:
-        atomic.write_json(path_of(study_dir), state.to_dict())
+    atomic.write_json(path_of(study_dir), state.to_dict())
 
 
 def set_stage_status(study_dir: str | Path, state: StudyState, stage: str, status: str) -> None:
-    with _lock:
-        state.stage_status[stage] = status
-        save(study_dir, state)
+    state.stage_status[stage] = status
+    save(study_dir, state)
 
 
 def set_selected(study_dir: str | Path, state: StudyState, selected: Selection) -> None:
-    with _lock:
-        state.selected = selected
-        save(study_dir, state)
+    state.selected = selected
+    save(study_dir, state)
 
 
 def stage_finished(status: Any) -> bool:
