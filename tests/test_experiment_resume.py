@@ -11,7 +11,7 @@ import time
 
 import pytest
 from ray_fixtures import REPO, TINY, ray_instance, sptune_env  # noqa: F401 (a fixture)
-from test_resume_study import midway
+from test_resume_study import midway, ray_left_behind
 
 from sptune import files
 from sptune.tune.records import results
@@ -113,8 +113,7 @@ def test_a_killed_experiment_resumes_with_an_uninterrupted_runs_numbers(sig, tmp
             assert run_experiment(reference, plan(), Options(max_concurrent=1)) == []
             REFERENCE.update(numbers(reference))
         assert len(REFERENCE) == 12 and numbers(killed) == REFERENCE
-        time.sleep(2)  # the resumed driver stopped its own Ray instance on the way out
-        assert session.leftover_processes(killed) == []
+        assert ray_left_behind(killed) == {}  # the resumed driver stopped its own Ray instance on the way out
     finally:
         for proc in procs:
             if proc.poll() is None:
