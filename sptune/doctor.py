@@ -13,7 +13,8 @@ Backends:
     sdpa            torch's scaled_dot_product_attention: the Transformer's attention (and which kernel
                     it picks here: flash / efficient / cudnn / math)
     flash-attn      Dao et al.'s kernels: full attention on CUDA in fp16/bf16 (paper §2), when installed
-    pykeops-cauchy  the S4 Cauchy kernel through pykeops (no (H, 2N, L) matrix in memory)
+    pykeops-cauchy  the S4 Cauchy kernel through pykeops (no (H, 2N, L) matrix in memory), checked in a
+                    child process against torch's (sptune.models.backend_probe): a crash or hang is reported
     torch           the same S4 kernel in plain torch: the fallback that needs nothing extra
 """
 
@@ -29,6 +30,7 @@ from typing import Any, Callable
 import torch
 
 from sptune.errors import UserError
+from sptune.provenance import describe_device
 
 THROUGHPUT_SECONDS = 2.0
 # The throughput model: small, with inputs long enough that attention and the MLPs dominate. A batch
@@ -41,14 +43,6 @@ NODE_TIMEOUT_S = 300.0
 
 def device_of() -> torch.device:
     return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
-
-
-def describe_device(device: torch.device) -> str:
-    if device.type == "cuda":
-        props = torch.cuda.get_device_properties(device)
-        return (f"cuda:{device.index} {props.name} ({props.total_memory / 2**30:.0f} GiB, "
-                f"{torch.cuda.device_count()} visible)")
-    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 
 def forward_backward(fn: Callable[[], torch.Tensor]) -> None:
@@ -116,15 +110,20 @@ def s4_loss(backend: str, device: torch.device) -> Callable[[], torch.Tensor]:
 
 
 def check_keops(device: torch.device) -> dict[str, Any]:
-    from sptune.models import ssm
+    from sptune.models import backend_probe, ssm
 
     if not ssm.HAS_KEOPS:
         return {"ok": None, "active": False,
                 "detail": "pykeops not installed (pip install 'sptune[keops]'); S4 uses the torch Cauchy kernel, "
                           "which holds an (H, 2N, L) matrix in memory"}
-    forward_backward(s4_loss("keops", device))
+    # In a child process (a pykeops crash or hang is this report's finding, not its end), probed again
+    # rather than read from the node's cache: runs then use the refreshed verdict.
+    verdict = backend_probe.probe("keops", device=device, fresh=True)
+    if not verdict.ok:
+        return {"ok": False, "active": False,
+                "detail": f"probe {verdict.detail}; S4 uses the torch Cauchy kernel (model.kernel_backend=auto)"}
     return {"ok": True, "active": ssm.resolve_backend("auto") == "keops",
-            "detail": "S4 Cauchy kernel (model.kernel_backend=auto)"}
+            "detail": "S4 Cauchy kernel (model.kernel_backend=auto); probe passed"}
 
 
 def check_torch(device: torch.device) -> dict[str, Any]:
@@ -132,8 +131,9 @@ def check_torch(device: torch.device) -> dict[str, Any]:
 
     forward_backward(s4_loss("torch", device))
     used = ssm.resolve_backend("auto") == "torch"
+    why = "pykeops probe did not pass" if ssm.HAS_KEOPS else "pykeops not installed"
     return {"ok": True, "active": used,
-            "detail": "S4 Cauchy kernel" + (" (pykeops not installed)" if used else
+            "detail": "S4 Cauchy kernel" + (f" ({why})" if used else
                                             " with model.kernel_backend=torch only: pykeops is used")}
 
 

@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
-from sptune import atomic, checkpoints, files, fingerprint, flops, protocol, selection
+from sptune import atomic, checkpoints, files, fingerprint, flops, protocol, provenance, rng_state, selection
 from sptune.build import build_pretrain_model, build_task_model, count_parameters
 from sptune.config import STAGES, Config
 from sptune.data import (Prefetcher, batch, eval_batches, example_draw, step_draw, stage_steps, train_batch_index,
@@ -132,7 +132,8 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
     result: dict[str, Any] = {"stage": stage, "task": run.task.name, "model": cfg.model.name,
                               "run_dir": str(run.run_dir), "metric": stage_metric_name(cfg, run.task, stage),
                               "n_params": count_parameters(model),
-                              "init_from": str(pretrain_dir(init_from)) if init_from else None}
+                              "init_from": str(pretrain_dir(init_from)) if init_from else None,
+                              "provenance": provenance.of_run(model, run.device, cfg.run.precision)}
     end = dict(state=state, cost=cost, world=run.world, accumulate=cfg.optim.accumulate, run_dir=run.run_dir,
                max_steps=max_steps, write=run.main_rank)  # what finish() needs
 
@@ -213,12 +214,14 @@ def resume(run: Run, model: nn.Module, optimizer: torch.optim.Optimizer, schedul
     state = fresh_state()
     last_path = run.run_dir / files.LAST
     if run.cfg.run.resume and not restart and last_path.is_file():
-        ckpt = checkpoints.load(last_path, run.device, keys=("model", "optimizer", "scheduler", "rng", "state"),
+        # Loaded to the CPU: load_state_dict copies onto the model's device, and the RNG state must stay a
+        # CPU ByteTensor (sptune.rng_state).
+        ckpt = checkpoints.load(last_path, "cpu", keys=("model", "optimizer", "scheduler", "rng", "state"),
                                 fix=RESTART_FIX)
         checkpoints.load_into(model, ckpt["model"], last_path, RESTART_FIX)
         checkpoints.load_into(optimizer, ckpt["optimizer"], last_path, RESTART_FIX)
         scheduler.load_state_dict(ckpt["scheduler"])
-        torch.set_rng_state(ckpt["rng"])
+        rng_state.restore(ckpt["rng"], run.device)
         state.update(ckpt["state"])
         log.info("resumed %s at step %d", run.run_dir, state["step"])
     return state
@@ -365,8 +368,8 @@ def save_checkpoints(loop: Loop, improved: bool, metric: float) -> None:
         atomic.write_torch(run_dir / files.BEST, {"model": loop.model.state_dict(), "step": state["step"],
                                                   "metric": metric})
     atomic.write_torch(run_dir / files.LAST, {"model": loop.model.state_dict(), "optimizer": loop.optimizer.state_dict(),
-                                              "scheduler": loop.scheduler.state_dict(), "rng": torch.get_rng_state(),
-                                              "state": state})
+                                              "scheduler": loop.scheduler.state_dict(),
+                                              "rng": rng_state.capture(loop.run.device), "state": state})
 
 
 def test_at_best(run: Run, model: nn.Module, run_model: nn.Module, test_split: Split,

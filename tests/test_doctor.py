@@ -8,7 +8,9 @@ from sptune import cli, doctor
 
 @pytest.fixture(scope="module")
 def local_report():
-    return doctor.check_node(seconds=0.2)
+    with pytest.MonkeyPatch.context() as patch:  # the CPU check, on a GPU node too
+        patch.setattr(torch.cuda, "is_available", lambda: False)
+        yield doctor.check_node(seconds=0.2)
 
 
 def test_local_check_on_cpu_reports_versions_backends_and_throughput(local_report):

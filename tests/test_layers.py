@@ -12,11 +12,11 @@ PACKAGE = Path(__file__).resolve().parents[1] / "sptune"
 LAYERS = [
     ["sptune.errors", "sptune.files", "sptune.atomic", "sptune.config", "sptune.stats", "sptune.selection",
      "sptune.multiplier", "sptune.output", "sptune.flops", "sptune.pairs", "sptune.fingerprint",
-     "sptune.checkpoints"],  # pure helpers: no task, model, training or Ray code
+     "sptune.checkpoints", "sptune.rng_state"],  # pure helpers: no task, model, training or Ray code
     ["sptune.protocol"],  # the SPT protocol's order and selection rule (plain runs and the engine ask it)
     ["sptune.tasks", "sptune.models", "sptune.objectives"],
     ["sptune.registry", "sptune.build", "sptune.data", "sptune.baselines", "sptune.runs"],
-    ["sptune.train_setup", "sptune.train"],  # the stage functions, no Ray
+    ["sptune.train_setup", "sptune.provenance", "sptune.train"],  # the stage functions, no Ray
     ["sptune.tune.trials"],  # one trial on a worker: trainable, resources, failures, outcomes
     ["sptune.tune.spaces", "sptune.tune.options", "sptune.tune.loggers"],  # what a search is asked for
     ["sptune.tune.records"],  # study state, trial rows, results, seeds, layout: files, no Tune loop

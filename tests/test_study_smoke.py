@@ -54,7 +54,7 @@ def check_study(study, study_dir):
             result = json.loads((Path(row["run_dir"]) / "result.json").read_text())
             assert result["status"] == "completed" and result["steps"] > 0
             assert float(row["test_metric"]) == pytest.approx(result["test_metric"])
-            assert (Path(row["run_dir"]) / "best.pt").is_file()
+            assert (Path(row["run_dir"]) / "best.pt").is_file() and row["device"].startswith("cpu (")
     return plan, rows
 
 

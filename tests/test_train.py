@@ -40,6 +40,21 @@ def test_same_seed_same_numbers_on_cpu(tmp_path):
     assert [h["train_loss"] for h in a["history"]] != [h["train_loss"] for h in c["history"]]
 
 
+@pytest.mark.parametrize("model, precision, kernels", [
+    ("transformer", "fp32", ["attention sdpa"]), ("transformer", "bf16", ["attention sdpa"]),
+    ("s4", "fp32", ["cauchy torch"]), ("s4d-lin", "fp32", [])])
+def test_a_run_says_where_it_trained(tmp_path, model, precision, kernels):
+    """result.json's provenance: device with its name, precision, the kernels the layers used, versions."""
+    import ray
+
+    result = train.scratch(tiny(tmp_path, f"model.name={model}", f"run.precision={precision}", "optim.max_steps=4"))
+    where = files.read_json(Path(result["run_dir"]) / "result.json")["provenance"]
+    assert where["device"] == "cpu" and where["device_name"].startswith("cpu (") and "threads" in where["device_name"]
+    assert where["precision"] == precision and where["kernels"] == kernels
+    assert where["torch"] == torch.__version__ and where["cuda"] == torch.version.cuda
+    assert where["ray"] == ray.__version__ and where["python"].count(".") == 2
+
+
 class Interrupt(Exception):
     pass
 
@@ -61,6 +76,45 @@ def test_resume_from_last_reproduces_uninterrupted_run(tmp_path, stage):
         assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-6)
         assert a["val_metric"] == pytest.approx(b["val_metric"], rel=1e-6)
     assert full["test_metric"] == pytest.approx(resumed["test_metric"], rel=1e-6)
+
+
+def test_a_checkpoint_written_on_a_gpu_resumes_on_the_cpu_as_if_uninterrupted(tmp_path, caplog):
+    """A GPU run's last.pt carries the CUDA generator's state beside the CPU one; resumed on the CPU (a
+    trial retried on another node), the CPU state is restored exactly and the GPU's is named as not applying."""
+    full = train.run_stage(tiny(tmp_path / "full", "model.dropout=0.1"), "scratch")
+
+    def crash_at_8(record, run_dir):
+        if record["step"] == 8:
+            raise Interrupt
+
+    cfg = tiny(tmp_path / "resumed", "model.dropout=0.1")
+    with pytest.raises(Interrupt):
+        train.run_stage(cfg, "scratch", on_eval=crash_at_8)
+    (last,) = (tmp_path / "resumed").glob("scratch-*/last.pt")
+    ckpt = torch.load(last, weights_only=True)
+    assert ckpt["rng"]["cpu"].dtype == torch.uint8 and ckpt["rng"]["cpu"].device.type == "cpu"
+    ckpt["rng"]["cuda"] = torch.zeros(16, dtype=torch.uint8)  # what rng_state.capture adds on a GPU
+    torch.save(ckpt, last)
+    with caplog.at_level("INFO", logger="sptune.rng_state"):
+        resumed = train.run_stage(cfg, "scratch")
+    assert "written on a GPU, resumed on the CPU" in caplog.text
+    assert [h["train_loss"] for h in resumed["history"]] == [h["train_loss"] for h in full["history"]]
+    assert resumed["test_metric"] == full["test_metric"]
+
+
+def test_the_cuda_state_is_captured_and_restored_as_a_cpu_byte_tensor(monkeypatch):
+    from sptune import rng_state
+
+    calls = {}
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device: torch.arange(8, dtype=torch.uint8))
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device: calls.update(state=state, device=device))
+    gpu = torch.device("cuda", 0)
+    state = rng_state.capture(gpu)
+    assert state["cuda"].dtype == torch.uint8 and state["cuda"].device.type == "cpu"
+    rng_state.restore(state, gpu)
+    assert calls["device"] == gpu and calls["state"].device.type == "cpu"
+    assert torch.equal(calls["state"], torch.arange(8, dtype=torch.uint8))
+    rng_state.restore(torch.get_rng_state(), torch.device("cpu"))  # a checkpoint from before the CUDA state
 
 
 def test_finetune_starts_from_pretrained_backbone(tmp_path, monkeypatch):

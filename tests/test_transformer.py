@@ -251,6 +251,7 @@ def test_flash_request_casts_fp32_to_half_around_the_call(monkeypatch, causal, a
     calls = []
     monkeypatch.setattr(transformer, "flash_attn_func", fake_flash_attn(calls))
     monkeypatch.setattr(transformer, "is_cuda", lambda t: True)  # no GPU here: pretend q is on one
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # fp16, as on a GPU without bf16, on any node
     torch.manual_seed(0)
     layer = SelfAttention(D, H, causal=causal, attention=attention, block_size=4, backend="flash")
     x = torch.randn(2, 10, D)

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from ray_fixtures import CONFIG, REPO, TINY, bare_study, ray_instance, sptune_env  # noqa: F401 (fixture)
 
@@ -152,6 +153,10 @@ def test_study_direct_path_end_to_end(tmp_path, ray_instance):
     assert len(csv_rows) == 5 and "optim.lr" in csv_rows[0] and "device_seconds" in csv_rows[0]
     text = results.summary(study_dir)
     assert results.RULE in text and f"tensorboard --logdir {study_dir}" in text and "SPT (pretrain -> finetune)" in text
+    # Where the trials ran: each row's device, and one line per device in the table.
+    device = files.read_json(Path(rows[0]["run_dir"]) / "result.json")["provenance"]["device_name"]
+    assert {r["device"] for r in rows} == {device} and "device" in csv_rows[0].split(",")
+    assert f"ran on {device}: 4 trial(s), precision fp32, kernels attention sdpa; torch {torch.__version__}" in text
 
     # TensorBoard: the same tags in every stage (the stage is in the run's name), one HParams session per trial.
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

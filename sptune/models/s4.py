@@ -140,6 +140,10 @@ class S4Layer(SSMConvBlock):
         P = torch.view_as_complex(self.P) if self.mode == "dplr" else None
         return dt, A, P, torch.view_as_complex(self.B), torch.view_as_complex(self.C)
 
+    def backend_used(self, cuda: bool, dtype: torch.dtype) -> str | None:
+        """'cauchy keops' or 'cauchy torch' for DPLR (sptune.provenance); the diagonal modes choose nothing."""
+        return f"cauchy {self.backend}" if self.mode == "dplr" else None
+
     def kernel(self, L: int):
         """(channels, H, L) convolution kernel."""
         dt, A, P, B, C = self.ssm_params()

@@ -18,27 +18,19 @@ from __future__ import annotations
 
 import logging
 import math
-from functools import lru_cache
 
 import torch
 
 from sptune.errors import UserError
+from sptune.models import backend_probe
+from sptune.models.cauchy import CAUCHY, HAS_KEOPS, conj_pairs
 
 log = logging.getLogger(__name__)
 
-try:  # pykeops evaluates the Cauchy sum without materializing the (H, 2N, L) matrix
-    from pykeops.torch import Genred
-
-    HAS_KEOPS = True
-except ImportError:
-    HAS_KEOPS = False
-
-_logged_backends: set[str] = set()
+_logged_backends: set[str] = set()  # the backend choices already logged: one line each per process
 
 
-def conj_pairs(x):
-    """(..., N) -> (..., 2N): complete one member of each conjugate pair with its conjugate."""
-    return torch.cat([x, x.conj()], dim=-1)
+
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -299,48 +291,36 @@ def dplr_kernel_flops(channels: int, H: int, N: int, L: int) -> float:
 
 
 def resolve_backend(backend: str) -> str:
-    """'auto' | 'keops' | 'torch' -> the Cauchy backend used ('keops' when pykeops imports), logged once."""
-    if backend == "auto":
-        backend = "keops" if HAS_KEOPS else "torch"
-    elif backend == "keops" and not HAS_KEOPS:
-        raise UserError("backend='keops' requested but pykeops is not installed; use 'auto' or 'torch'")
-    elif backend not in ("keops", "torch"):
-        raise UserError(f"unknown Cauchy backend {backend!r}; expected 'auto', 'keops' or 'torch'")
-    if backend not in _logged_backends:
-        _logged_backends.add(backend)
-        log.info("S4 Cauchy kernel backend: %s%s", backend, "" if HAS_KEOPS else " (pykeops not installed)")
-    return backend
+    """'auto' | 'keops' | 'torch' -> the Cauchy backend used, logged once with the reason.
 
-
-def _cauchy_torch(v, a, b, w):
-    """sum_n v_n / (a - b w_n) + conj(v_n) / (a - b conj(w_n)), materializing the (H, 2N, L) matrix.
-
-    v (..., H, N), a, b (L,), w (H, N) -> (..., H, L).
+    keops needs pykeops installed and its probe passed (backend_probe: a child process, once per node and
+    versions): auto falls back to torch otherwise, an explicit keops is a UserError.
     """
-    r = 1 / (a - b * conj_pairs(w).unsqueeze(-1))  # (H, 2N, L)
-    return torch.einsum("...hn,hnl->...hl", conj_pairs(v), r)
+    if backend not in ("auto", "keops", "torch"):
+        raise UserError(f"unknown Cauchy backend {backend!r}; expected 'auto', 'keops' or 'torch'")
+    if backend == "torch":
+        return _log_choice(logging.INFO, "torch", "requested")
+    if not HAS_KEOPS:
+        if backend == "keops":
+            raise UserError("model.kernel_backend=keops but pykeops is not installed; "
+                            "pip install 'sptune[keops]', or use model.kernel_backend=torch or auto")
+        return _log_choice(logging.INFO, "torch", "pykeops not installed")
+    verdict = backend_probe.probe("keops")
+    if verdict.ok:
+        return _log_choice(logging.INFO, "keops", "pykeops probe passed")
+    if backend == "keops":
+        raise UserError(f"model.kernel_backend=keops but the pykeops probe {verdict.detail}; "
+                        "use model.kernel_backend=torch or auto")
+    return _log_choice(logging.WARNING, "torch", f"pykeops probe {verdict.detail}; verdict cached in "
+                                                 f"{backend_probe.cache_path()}, `sptune doctor` probes again")
 
 
-@lru_cache(maxsize=None)
-def _keops_cauchy_op():
-    # complex numbers are (re, im) pairs; i indexes frequencies, j indexes the state
-    formula = (
-        "ComplexDivide(v, a - ComplexMult(b, w))"
-        " + ComplexDivide(Conj(v), a - ComplexMult(b, Conj(w)))"
-    )
-    aliases = ["v = Vj(2)", "w = Vj(2)", "a = Vi(2)", "b = Vi(2)"]
-    return Genred(formula, aliases, reduction_op="Sum", axis=1)
-
-
-def _cauchy_keops(v, a, b, w):
-    """Same sum as _cauchy_torch, reduced on the fly by pykeops (memory O(H L) instead of O(H N L))."""
-    batch = v.shape[:-1]  # (..., H)
-    v = torch.view_as_real(v.contiguous())  # (..., H, N, 2)
-    w = torch.view_as_real(w.contiguous()).expand(*batch, -1, 2).contiguous()  # (..., H, N, 2)
-    a = torch.view_as_real(a.contiguous()).expand(*batch, -1, 2).contiguous()  # (..., H, L, 2)
-    b = torch.view_as_real(b.contiguous()).expand(*batch, -1, 2).contiguous()  # (..., H, L, 2)
-    r = _keops_cauchy_op()(v, w, a, b)  # (..., H, L, 2)
-    return torch.view_as_complex(r.contiguous())  # (..., H, L)
+def _log_choice(level: int, backend: str, why: str) -> str:
+    message = f"S4 Cauchy kernel backend: {backend} ({why})"
+    if message not in _logged_backends:
+        _logged_backends.add(message)
+        log.log(level, message)
+    return backend
 
 
 def dplr_kernel_from_ctilde(dt, A, P, B, C_tilde, L: int, backend: str = "auto"):
@@ -365,8 +345,7 @@ def dplr_kernel_from_ctilde(dt, A, P, B, C_tilde, L: int, backend: str = "auto")
     right = torch.stack([B, P], dim=0)  # (2, H, N): columns B and p
     v = left.unsqueeze(1) * right.unsqueeze(0)  # (c+1, 2, H, N)
     w = dt[:, None] * A  # (H, N)
-    cauchy = _cauchy_keops if backend == "keops" else _cauchy_torch
-    r = cauchy(v, a, b, w)  # (c+1, 2, H, L//2+1)
+    r = CAUCHY[backend](v, a, b, w)  # (c+1, 2, H, L//2+1)
     k00, k01 = r[:-1, 0], r[:-1, 1]  # (c, H, L//2+1)
     k10, k11 = r[-1, 0], r[-1, 1]  # (H, L//2+1)
     bdt = b * dt[:, None]  # (H, L//2+1)

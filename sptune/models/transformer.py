@@ -214,27 +214,38 @@ class SelfAttention(nn.Module):
         self.proj = nn.Linear(d_model, d_model)
         self.rotary = RotaryEmbedding(self.head_dim) if rotary else None
 
-    def _use_flash(self, q: torch.Tensor) -> bool:
-        """flash-attn needs the package and a CUDA tensor. "auto" uses it for half-precision inputs (autocast);
-        "flash" also for fp32 ones, which attend() casts to half precision around the call. Otherwise SDPA."""
+    def backend_used(self, cuda: bool, dtype: torch.dtype) -> str:
+        """'attention flash-attn' or 'attention sdpa': the choice forward makes for q on CUDA or not, of dtype
+        (sptune.provenance records it)."""
+        return "attention flash-attn" if self._flash_why(cuda, dtype) is None else "attention sdpa"
+
+    def _flash_why(self, cuda: bool, dtype: torch.dtype) -> str | None:
+        """None when flash-attn runs: it needs the package and a CUDA tensor. "auto" uses it for half-precision
+        inputs (autocast); "flash" also for fp32 ones, which attend() casts to half precision around the call.
+        Otherwise why SDPA runs instead."""
         if self.backend == "sdpa":
-            _log_once(logging.INFO, "attention backend: sdpa (requested)")
-            return False
-        if flash_attn_func is not None and is_cuda(q) and (q.dtype in HALF or self.backend == "flash"):
+            return "requested"
+        if flash_attn_func is None:
+            return "flash-attn not installed"
+        if not cuda:
+            return "input is not on CUDA"
+        if dtype not in HALF and self.backend != "flash":
+            return f"input is {dtype}; backend='flash' casts it to half precision"
+        return None
+
+    def _use_flash(self, q: torch.Tensor) -> bool:
+        """Whether forward calls flash-attn for q, logged once per decision."""
+        why = self._flash_why(is_cuda(q), q.dtype)
+        if why is None:
             cast = "" if q.dtype in HALF else f" ({q.dtype} inputs cast to {flash_dtype(q)} for the call)"
             _log_once(logging.INFO, f"attention backend: flash-attn{cast}")
-            return True
-        if flash_attn_func is None:
-            why = "flash-attn not installed"
-        elif not is_cuda(q):
-            why = f"input is on {q.device.type}"
-        else:
-            why = f"input is {q.dtype}; backend='flash' casts it to half precision"
-        if self.backend == "flash":  # asked for explicitly: say loudly that it is not used
+        elif self.backend == "sdpa":
+            _log_once(logging.INFO, "attention backend: sdpa (requested)")
+        elif self.backend == "flash":  # asked for explicitly: say loudly that it is not used
             _log_once(logging.WARNING, f"attention backend: sdpa, not the requested flash-attn ({why})")
         else:
             _log_once(logging.INFO, f"attention backend: sdpa ({why}; flash-attn needs CUDA)")
-        return False
+        return why is None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, L, D = x.shape

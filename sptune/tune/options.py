@@ -23,6 +23,7 @@ class Options:
     workers: int | None = None
     cpus_per_worker: float | None = None
     gpus_per_worker: float | None = None
+    trials_per_gpu: int | None = None  # pack N one-worker trials on each GPU (sets gpus_per_worker = 1/N)
     asha: bool | None = None
     sampler: str | None = None
     seed: int | None = None
@@ -43,6 +44,7 @@ class Resolved:
     workers: int
     cpus_per_worker: float
     gpus_per_worker: float
+    trials_per_gpu: int = 0  # > 0: trials share GPUs; their CPUs are sized to the node (resources.fit_to_nodes)
     asha: dict[str, Any] | None  # ASHA's settings, None: FIFO
     asha_min_trials: int  # ASHA only for stages of at least this many trials (0: asked for, every stage)
     sampler: str
@@ -69,6 +71,9 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, metavar="N", help="Ray Train workers per trial (DDP when > 1)")
     parser.add_argument("--cpus-per-worker", type=float, metavar="C", help="CPUs per trial worker")
     parser.add_argument("--gpus-per-worker", type=float, metavar="G", help="GPUs per trial worker")
+    parser.add_argument("--trials-per-gpu", type=int, metavar="N",
+                        help="pack N trials on each GPU: each holds 1/N of it, its memory capped to that share, "
+                             "and CPUs sized to the node (small models: a GPU node runs N trials at once)")
     parser.add_argument("--asha", action=argparse.BooleanOptionalAction, default=None,
                         help="ASHA early stopping on our own step counter (default: the search space's asha block, "
                              "else on for stages of >= 8 trials whose evals meet its rungs)")

@@ -23,6 +23,7 @@ finished experiment starts a second Tune run, tune/experiment-2, for the cells t
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import pickle
@@ -207,6 +208,21 @@ def cell_trainable(config: dict[str, Any], stage_fn: Callable[..., None] = stage
     stage_fn(config, spec=studies.trial_spec(study_dir, study_state.load(study_dir), stage))
 
 
+def fit_packing(state: StudyState) -> StudyState:
+    """A study whose trials share GPUs (--trials-per-gpu) asks each trial for the CPUs this cluster's GPU
+    nodes have per slot; study.json keeps it, for the trials that read their spec from there."""
+    options = state.options
+    if not options.trials_per_gpu:
+        return state
+    cpus = resources.packed_cpus(options.cpus_per_worker, options.trials_per_gpu)
+    if cpus != options.cpus_per_worker:
+        log.info("%d trials per GPU: %g CPU(s) per trial (asked %g), what the GPU nodes have per slot",
+                 options.trials_per_gpu, cpus, options.cpus_per_worker)
+        state = dataclasses.replace(state, options=dataclasses.replace(options, cpus_per_worker=cpus))
+        study_state.save(state.dir, state)
+    return state
+
+
 def trial_placement(resources: dict[str, dict[str, float]], config: dict[str, Any]):
     """The cell's own resource request (--cpus-per-worker, --gpus-per-worker ...), per trial."""
     from ray.tune import PlacementGroupFactory
@@ -243,7 +259,7 @@ def run_cells(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callab
     from ray import tune as ray_tune
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
-    states = {key: study_state.load(path) for key, path in cell_dirs.items()}
+    states = {key: fit_packing(study_state.load(path)) for key, path in cell_dirs.items()}
     resources.check_cluster(max(state.options.gpus_per_worker for state in states.values()))
     for state in states.values():
         loggers.prepare(state.options.logger)

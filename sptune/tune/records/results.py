@@ -72,6 +72,7 @@ def trial_row(run_dir: Path, stage_done: bool) -> TrialRow:
     }
     if result is not None:
         row.update({key: result.get(key) for key in RESULT_KEYS})
+        row["device"] = (result.get("provenance") or {}).get("device_name")
     else:
         # Crashed after its last retry (Tune's error, sptune.tune.trials.failures), stopped early (ASHA) or
         # still to be resumed: the latest eval is all there is.
@@ -163,6 +164,7 @@ def summary(study_dir: str | Path, rows: list[TrialRow] | None = None) -> str:
                      f"{stage_cost:11.0f} {stage_flops(rows, stage):11.3g}  {how}")
     lines += _comparison(rows, state)
     lines += boundary.warnings({stage: best_row(rows, stage)[0] for stage in STAGES}, state.space if state else {})
+    lines += where(rows)
     failed = [r for r in rows if r.get("status") == "failed"]
     for r in failed:
         lines.append(f"failed: {r['stage']} {r['trial_id']}: {r.get('reason')}")
@@ -171,6 +173,25 @@ def summary(study_dir: str | Path, rows: list[TrialRow] | None = None) -> str:
               f"all trials ({len(rows)}): {study_dir / files.RESULTS_CSV}",
               f"TensorBoard: tensorboard --logdir {study_dir}   (runs are named <stage>/<stage>-<trial>-<params>)"]
     return "\n".join(lines)
+
+
+def where(rows: list[TrialRow]) -> list[str]:
+    """Where the finished trials ran: a line per device, with the precision, kernels and versions of its runs
+    (their result.json's provenance)."""
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        found = (run_result(row) or {}).get("provenance")
+        if found:
+            runs.setdefault(found["device_name"], []).append(found)
+    lines = []
+    for device, found in sorted(runs.items()):
+        def values(key: str) -> str:
+            return "/".join(sorted({str(p[key]) for p in found}))
+
+        kernels = "/".join(sorted({", ".join(p["kernels"]) or "none" for p in found}))
+        lines.append(f"ran on {device}: {len(found)} trial(s), precision {values('precision')}, kernels {kernels}; "
+                     f"torch {values('torch')}, CUDA {values('cuda')}, Ray {values('ray')}")
+    return lines
 
 
 def stage_flops(rows: list[TrialRow], stage: str) -> float:

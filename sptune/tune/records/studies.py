@@ -136,6 +136,11 @@ def resolve_options(options: Options, space: spaces.SearchSpace) -> Resolved:
     workers = int(pick(options.workers, "workers", 1))
     cpus, gpus = float(pick(options.cpus_per_worker, "cpus_per_worker", 1)), float(pick(options.gpus_per_worker,
                                                                                         "gpus_per_worker", 0))
+    if options.trials_per_gpu is not None:
+        if options.trials_per_gpu < 1 or options.gpus_per_worker is not None or workers > 1:
+            raise UserError("--trials-per-gpu N packs N one-worker trials on each GPU (N >= 1, its share 1/N); "
+                            "drop --gpus-per-worker and --workers, which it sets")
+        gpus = 1.0 / options.trials_per_gpu
     if workers < 1 or cpus <= 0 or gpus < 0:
         raise UserError("--workers must be >= 1, --cpus-per-worker > 0 and --gpus-per-worker >= 0")
     if options.train_path == "direct" and (workers > 1 or gpus > 1):
@@ -144,7 +149,7 @@ def resolve_options(options: Options, space: spaces.SearchSpace) -> Resolved:
     return Resolved(
         num_samples=SMOKE_SAMPLES if options.smoke else (options.num_samples or space.num_samples),
         max_concurrent=options.max_concurrent or space.max_concurrent, workers=workers, cpus_per_worker=cpus,
-        gpus_per_worker=gpus, asha=asha, asha_min_trials=0 if asked else spaces.ASHA_MIN_TRIALS,
+        gpus_per_worker=gpus, trials_per_gpu=options.trials_per_gpu or 0, asha=asha, asha_min_trials=0 if asked else spaces.ASHA_MIN_TRIALS,
         sampler=options.sampler or space.sampler, seed=space.seed if options.seed is None else options.seed,
         max_failures=options.max_failures, smoke=options.smoke, logger=options.logger,
         path=choose_path(workers, gpus, options.train_path))

@@ -36,6 +36,7 @@ class TrialRow(TypedDict, total=False):
     eval_flops: float | None
     n_params: int | None
     # where and how it ran
+    device: str | None  # result.json's provenance.device_name, e.g. "cuda:0 NVIDIA H100 ..." (None: unfinished)
     path: str  # direct | train
     attempts: int
     start_steps: str  # each attempt's first step, ";"-joined

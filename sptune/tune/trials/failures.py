@@ -2,7 +2,7 @@
 
 Two kinds of failure:
 
-    deterministic   CUDA out of memory, a non-finite loss, GPUs torch cannot use, a damaged checkpoint
+    deterministic   CUDA out of memory (on a shared GPU: beyond the trial's share), a non-finite loss, GPUs torch cannot use, a damaged checkpoint
                     (sptune.checkpoints.UnusableCheckpoint): running the same
                     config again fails the same way, so the trial ends at once with status `failed`
                     and the reason in result.json (no exception reaches Tune or Train, which would
@@ -15,24 +15,51 @@ Two kinds of failure:
 
 from __future__ import annotations
 
+import logging
 import math
+import re
 from pathlib import Path
 from typing import Any
 
 from sptune import atomic, checkpoints, files
 
+log = logging.getLogger("sptune.tune")
 
-def deterministic_reason(exc: BaseException) -> str | None:
-    """The one-line reason when `exc` would recur on every retry, else None."""
+
+def deterministic_reason(exc: BaseException, gpu_share: float = 1.0) -> str | None:
+    """The one-line reason when `exc` would recur on every retry, else None. Out of memory on a GPU the
+    trial shares (gpu_share < 1, --trials-per-gpu) recurs only when the trial itself outgrew its share;
+    below it, a neighbour took the memory, and a retry (from the checkpoint) may fit."""
     import torch
 
     if isinstance(exc, checkpoints.UnusableCheckpoint):
         return str(exc)  # the same file fails every retry; the message names it and the fix
     if isinstance(exc, torch.OutOfMemoryError):
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "out of memory"
+        if gpu_share < 1 and not over_its_share(exc, gpu_share):
+            log.warning("CUDA out of memory below this trial's %.3g of the GPU: a neighbouring trial's memory; "
+                        "retried from its checkpoint (%s)", gpu_share, first[:160])
+            return None
         return (f"CUDA out of memory ({first[:160]}): lower optim.batch_size or the model size, or use "
-                f"run.precision=bf16")
+                f"run.precision=bf16" + (", or pack fewer --trials-per-gpu" if gpu_share < 1 else ""))
     return None
+
+
+# torch's out-of-memory message names the request that failed: "Tried to allocate 2.00 GiB."
+REQUEST = re.compile(r"Tried to allocate ([\d.]+) (B|KiB|MiB|GiB|TiB)")
+UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+def over_its_share(exc: BaseException, gpu_share: float) -> bool:
+    """Whether this process's own peak (reserved by its allocator) plus the failed request exceeds its share
+    of the GPU's memory; a message without the request counts as its own."""
+    import torch
+
+    found = REQUEST.search(str(exc))
+    if found is None:
+        return True
+    total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    return torch.cuda.max_memory_reserved() + float(found.group(1)) * UNITS[found.group(2)] > gpu_share * total
 
 
 def failed_result(run_dir: Path, stage: str, reason: str) -> dict[str, Any]:

@@ -3,6 +3,8 @@ that holds GPUs trains on them (or fails with the reason), one that holds none t
 
     check_cluster(gpus_per_worker)   the driver, before any trial: a one-line UserError when no node
                                      has, and no autoscaler node type offers, that many GPUs
+    packed_cpus(asked, n)            the driver, for trials packed n to a GPU: CPUs per trial that fit
+                                     the GPU nodes' CPUs
     trial_device(requested)          in a trial: the run.device to train with, or why it cannot
 
 Ray hands out GPUs as a resource count; whether torch can use them is another matter (a CPU build of
@@ -52,6 +54,16 @@ def choose_device(requested: str, gpu_ids: list[str], cuda_available: bool,
     return "cpu", None
 
 
+def cap_gpu_memory(share: float) -> None:
+    """Let this process's allocator use `share` of its GPU's memory: trials packed on one GPU
+    (--trials-per-gpu) cannot starve each other, and one that outgrows its share fails as its own
+    out-of-memory (sptune.tune.trials.failures) instead of a neighbour's."""
+    import torch
+
+    torch.cuda.set_per_process_memory_fraction(share, torch.cuda.current_device())
+    log.info("GPU memory capped at %.3g of %s", share, torch.cuda.get_device_name())
+
+
 # ----------------------------------------------------------------------------- the cluster
 def check_cluster(gpus_per_worker: float) -> None:
     """Stop a GPU study up front when its trials could never start (see module docstring)."""
@@ -75,6 +87,24 @@ def check_cluster(gpus_per_worker: float) -> None:
     raise UserError(f"each trial worker needs {gpus_per_worker:g} GPU(s), but no node of this Ray cluster has "
                     f"that many (largest: {max(nodes, default=0.0):g}) and {where}; start a GPU cluster "
                     f"(cluster.yaml) and pass --address, or run on CPU with --gpus-per-worker 0")
+
+
+def packed_cpus(asked: float, trials_per_gpu: int) -> float:
+    """CPUs per trial when `trials_per_gpu` trials share each GPU: at most the CPUs a GPU node has per trial
+    slot (its CPUs / (its GPUs x N), over the nodes and autoscaler node types with GPUs, the smallest), so
+    the CPU request never keeps a GPU's slots empty (the paper-scale spaces ask for 4 CPUs a trial; 16
+    trials on a 16-core, 1-GPU node could otherwise run only 4 at once). Never more than asked, at least 1."""
+    import ray
+
+    nodes = [node.get("Resources", {}) for node in ray.nodes() if node.get("Alive")]
+    nodes += [spec["resources"] for spec in (autoscaler_node_types() or {}).values()]
+    return fit_cpus(asked, trials_per_gpu, nodes)
+
+
+def fit_cpus(asked: float, trials_per_gpu: int, nodes: list[dict[str, float]]) -> float:
+    """packed_cpus's arithmetic over node resource dicts ({"CPU": 16, "GPU": 1})."""
+    shares = [node.get("CPU", 0) // (node["GPU"] * trials_per_gpu) for node in nodes if node.get("GPU", 0) > 0]
+    return float(max(1, min([asked, *shares])))
 
 
 def _describe(offered: dict[str, float]) -> str:

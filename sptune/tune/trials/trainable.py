@@ -154,7 +154,8 @@ def stage_trainable(params: dict[str, Any], spec: TrialSpec) -> None:
     with attempt(run_dir, spec, trial_id, params) as clock:
         write_hparams(run_dir, spec, params, {"status": "running"})  # listed in TensorBoard however it ends
         if spec.path == "direct":
-            result = run_guarded(cfg, spec.stage, init_from, report_to_tune(clock), run_dir)
+            result = run_guarded(cfg, spec.stage, init_from, report_to_tune(clock), run_dir,
+                                 gpu_share=spec.gpus_per_worker)
         else:
             result = run_under_torch_trainer(cfg, spec, run_dir, trial_id, init_from)
     write_hparams(run_dir, spec, params, result, result.get("steps"))
@@ -162,21 +163,24 @@ def stage_trainable(params: dict[str, Any], spec: TrialSpec) -> None:
 
 
 def run_guarded(cfg: Config, stage: str, init_from: Path | None, on_eval: Any, run_dir: Path,
-                train_device: Callable[[], Any] | None = None) -> dict[str, Any]:
+                train_device: Callable[[], Any] | None = None, gpu_share: float = 1.0) -> dict[str, Any]:
     """run_stage on the device this Ray process was given (on a Ray Train worker, `train_device()`:
     Train's GPU for it); a deterministic failure (GPUs torch cannot use, CUDA out of memory, a damaged
     or another model's checkpoint) ends the trial as `failed` with its reason instead of raising, since a
-    retry would fail the same way (sptune.tune.trials.failures)."""
+    retry would fail the same way (sptune.tune.trials.failures). A trial holding a share of a GPU
+    (gpu_share < 1) may use that share of its memory and no more."""
     from sptune.tune.trials import failures, resources
 
     device, reason = resources.trial_device(cfg.run.device)
     if reason is None:
         cfg.run.device = device
+        if device == "cuda" and 0 < gpu_share < 1:
+            resources.cap_gpu_memory(gpu_share)
         try:
             chosen = train_device() if train_device and device == "cuda" else None
             return run_stage(cfg, stage, init_from, on_eval, run_dir, train_device=chosen)
         except Exception as exc:
-            reason = failures.deterministic_reason(exc)
+            reason = failures.deterministic_reason(exc, gpu_share)
             if reason is None:
                 raise
     log.error("%s failed: %s", run_dir.name, reason)

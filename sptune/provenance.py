@@ -1,0 +1,49 @@
+"""Where a run trained, written into its result.json: the device (with its name), the precision, the kernels
+its layers actually use, and the library versions. A figure read months later, or beside another node's, needs
+them: the same config runs different kernels on a CPU and on a GPU (flash-attn, pykeops), and the numbers
+differ with them (issue 29)."""
+
+from __future__ import annotations
+
+import platform
+from importlib import metadata
+from typing import Any
+
+import torch
+from torch import nn
+
+from sptune.train_setup import autocast
+
+
+def describe_device(device: torch.device) -> str:
+    """'cuda:0 NVIDIA H100 80GB HBM3 (79 GiB, 1 visible)' or 'cpu (x86_64, 2 threads)'."""
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        return (f"cuda:{device.index} {props.name} ({props.total_memory / 2**30:.0f} GiB, "
+                f"{torch.cuda.device_count()} visible)")
+    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def kernels(model: nn.Module, device: torch.device, precision: str) -> list[str]:
+    """The kernels the model's layers choose on `device` at `precision`, each named once ('attention sdpa',
+    'cauchy torch'): every layer that picks one answers `backend_used(cuda, dtype)` with the decision its
+    forward makes (None: no choice to report)."""
+    with autocast(device, precision):  # the dtype a layer's projections produce under the run's autocast
+        dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else torch.float32
+    found = {m.backend_used(device.type == "cuda", dtype) for m in model.modules() if hasattr(m, "backend_used")}
+    return sorted(k for k in found if k)
+
+
+def version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def of_run(model: nn.Module, device: torch.device, precision: str) -> dict[str, Any]:
+    """result.json's `provenance`."""
+    return {"device": device.type, "device_name": describe_device(device), "precision": precision,
+            "kernels": kernels(model, device, precision), "python": platform.python_version(),
+            "torch": torch.__version__, "cuda": torch.version.cuda, "ray": version("ray"),
+            "sptune": version("sptune")}

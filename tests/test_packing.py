@@ -1,0 +1,142 @@
+"""Many trials per GPU (--trials-per-gpu N): each trial's share, its CPUs sized to the node, its memory
+capped to its share, and an out-of-memory a neighbour caused retried rather than failed. No GPU here: the
+arithmetic runs on Ray's fake GPU resources (a GPU count Ray hands out without hardware behind it)."""
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from ray_fixtures import CONFIG, TINY, sptune_env
+
+from sptune import config
+from sptune.errors import UserError
+from sptune.tune import spaces
+from sptune.tune.options import Options
+from sptune.tune.records import studies
+from sptune.tune.trials import failures, resources, trainable
+
+GIB = 2**30
+
+
+def resolve(**values):
+    return studies.resolve_options(Options(**values), spaces.SearchSpace(path="", stages={},
+                                                                         resources={"cpus_per_worker": 4}))
+
+
+def test_trials_per_gpu_gives_each_trial_its_share():
+    options = resolve(trials_per_gpu=4)
+    assert options.gpus_per_worker == 0.25 and options.trials_per_gpu == 4 and options.path == "direct"
+    assert options.cpus_per_worker == 4  # what the space asks; the driver fits it to the GPU nodes
+    assert resolve().trials_per_gpu == 0
+
+
+@pytest.mark.parametrize("values", [{"trials_per_gpu": 0}, {"trials_per_gpu": 2, "gpus_per_worker": 1},
+                                    {"trials_per_gpu": 2, "workers": 2}])
+def test_trials_per_gpu_contradicted_is_a_one_line_error(values):
+    with pytest.raises(UserError, match="--trials-per-gpu N packs N one-worker trials"):
+        resolve(**values)
+
+
+@pytest.mark.parametrize("asked, n, nodes, cpus", [
+    (4, 16, [{"CPU": 16, "GPU": 1}], 1),  # the paper spaces' 4 CPUs would run 4 of the 16 at once
+    (4, 4, [{"CPU": 16, "GPU": 1}], 4),  # enough: never more than asked
+    (4, 4, [{"CPU": 8, "GPU": 1}, {"CPU": 48, "GPU": 4}], 2),  # the tightest GPU node decides
+    (4, 4, [{"CPU": 2}, {"CPU": 64, "GPU": 2}], 4),  # CPU-only nodes (the head) do not count
+    (1, 8, [{"CPU": 4, "GPU": 1}], 1),  # at least one CPU
+])
+def test_cpus_per_packed_trial_fit_the_gpu_nodes(asked, n, nodes, cpus):
+    assert resources.fit_cpus(asked, n, nodes) == cpus
+
+
+@pytest.fixture
+def shared_gpu(monkeypatch):
+    """A 16 GiB GPU this process sees, torch's memory calls recorded or faked; `peak` is its reserved peak."""
+    state = {"peak": 0, "cap": None}
+    monkeypatch.setattr(resources, "trial_device", lambda requested: ("cuda", None))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "fake GPU")
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: type("P", (), {"total_memory": 16 * GIB}))
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda *a: state["peak"])
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction",
+                        lambda fraction, device: state.update(cap=(fraction, device)))
+    return state
+
+
+def oom(monkeypatch, request="1.00 GiB"):
+    def run_stage(*args, **kwargs):
+        raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {request}. GPU 0 has a total "
+                                     f"capacity of 16.00 GiB of which 20.00 MiB is free.")
+
+    monkeypatch.setattr(trainable, "run_stage", run_stage)
+
+
+def guarded(tmp_path, share):
+    cfg = config.load(str(CONFIG), TINY, stage="scratch")
+    return trainable.run_guarded(cfg, "scratch", None, None, tmp_path / "run", gpu_share=share)
+
+
+def test_a_neighbours_out_of_memory_is_retried(tmp_path, monkeypatch, shared_gpu):
+    """1 GiB reserved + 1 GiB asked is within a quarter of 16 GiB: the GPU was full of other trials' memory,
+    so the error reaches Tune, which retries the trial from its checkpoint."""
+    oom(monkeypatch)
+    shared_gpu["peak"] = 1 * GIB
+    with pytest.raises(torch.OutOfMemoryError):
+        guarded(tmp_path, 0.25)
+    assert shared_gpu["cap"] == (0.25, 0)  # the trial's memory was capped to its share
+
+
+def test_a_trial_outgrowing_its_share_fails_at_once(tmp_path, monkeypatch, shared_gpu):
+    oom(monkeypatch)
+    shared_gpu["peak"] = int(3.5 * GIB)  # + 1 GiB > 4 GiB: its own
+    result = guarded(tmp_path, 0.25)
+    assert result["status"] == "failed" and "fewer --trials-per-gpu" in result["reason"]
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["reason"] == result["reason"]
+
+
+def test_a_whole_gpu_out_of_memory_fails_at_once_uncapped(tmp_path, monkeypatch, shared_gpu):
+    oom(monkeypatch)
+    result = guarded(tmp_path, 1.0)
+    assert result["status"] == "failed" and "CUDA out of memory" in result["reason"]
+    assert shared_gpu["cap"] is None
+
+
+PACKED_STUDY = """
+import json, sys, time
+from pathlib import Path
+import ray
+from sptune import api
+
+# A fake 4-CPU, 1-GPU node: Ray hands out the GPU count; the trials train on CPU (run.device=cpu).
+ray.init(num_cpus=4, num_gpus=1, log_to_driver=False, logging_level="WARNING")
+study = Path(sys.argv[1])
+study_dir = api.run_study(sys.argv[2], json.loads(sys.argv[3]), study, search_space=sys.argv[4],
+                          trials_per_gpu=4, output="quiet")
+print(json.dumps(json.loads((study_dir / "study.json").read_text())["options"]))
+"""
+
+
+@pytest.mark.slow  # ~1 min: its own Ray instance (fake resources), 4 tiny trials at once on 2 cores
+def test_four_trials_share_a_fake_gpu_at_once(tmp_path):
+    space = tmp_path / "space.yaml"
+    grid = {"params": {"optim.lr": [1e-3, 2e-3, 3e-3, 4e-3]}}
+    space.write_text(json.dumps({"task": "listops-mini", "model": "transformer", "num_samples": 4,
+                                 "max_concurrent": 4, "resources": {"cpus_per_worker": 4},
+                                 "stages": {"pretrain": {"params": {"optim.lr": [1e-3]}}, "finetune":
+                                            {"params": {"optim.lr": [1e-3]}}, "scratch": grid}}))
+    overrides = [*TINY, "run.device=cpu", "optim.max_steps=16"]
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(PACKED_STUDY), str(tmp_path / "study"), str(CONFIG),
+                           json.dumps(overrides), str(space)], capture_output=True, text=True, timeout=600,
+                          env=sptune_env())
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    options = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert options["gpus_per_worker"] == 0.25 and options["cpus_per_worker"] == 1  # 4 CPUs / 4 slots
+    spans = []
+    for trial in sorted((tmp_path / "study" / "scratch").glob("*/trial.json")):
+        record = json.loads(trial.read_text())
+        spans.append((record["attempts"][0]["started"], (trial.parent / "result.json").stat().st_mtime))
+    assert len(spans) == 4
+    assert max(start for start, _ in spans) < min(end for _, end in spans)  # all four ran at once
