@@ -33,7 +33,8 @@ def default_dir(config: str | Path, smoke: bool = False, seeds: bool = False) ->
 
 def run_study(config: str | Path, overrides: Sequence[str] = (), dir: str | Path | None = None, *,
               search_space: str | Path | None = None, options: "Options | None" = None, address: str | None = None,
-              output: str = "progress", seeds: Sequence[int] | None = None, **option_values: Any) -> Path:
+              output: str = "progress", seeds: Sequence[int] | None = None, storage: str | None = None,
+              **option_values: Any) -> Path:
     """Create a study (see `sptune study --help` for each option) and run it; returns its directory.
 
     `config` is a YAML file, `overrides` section.field=value strings; `dir` defaults to
@@ -42,15 +43,19 @@ def run_study(config: str | Path, overrides: Sequence[str] = (), dir: str | Path
     by name on top, e.g. `run_study(cfg, num_samples=4, logger="mlflow")`. `seeds`: the same study once
     per seed (one study directory each, every seed a cell of the engine's one Tune run) and the paired
     SPT - scratch gain with its 95% CI (sptune.tune.records.seeds). `time_budget_s`: stop cleanly after that
-    many wall seconds of this run (what finished is reported; resume continues). Raises UserError for a bad
-    option, before any Ray work.
+    many wall seconds of this run (what finished is reported; resume continues). `storage`: an object-storage
+    prefix (s3://bucket/prefix) the study is mirrored under, as <prefix>/<directory name>, so it outlives the
+    cluster (sptune.tune.records.storage). Raises UserError for a bad option, before any Ray work.
     """
     from sptune.tune.options import with_values
     from sptune.tune.records import seeds as seed_cells
+    from sptune.tune.records import storage as durable
     from sptune.tune.records import studies
 
     options = with_values(options, option_values)
     _check_output(output)
+    if storage is not None:
+        durable.filesystem(storage)  # a bad URI or missing credentials fail before anything is made
     study_dir = Path(dir) if dir else default_dir(config, options.smoke, bool(seeds))
     space = str(search_space) if search_space else None
     if seeds:
@@ -62,6 +67,8 @@ def run_study(config: str | Path, overrides: Sequence[str] = (), dir: str | Path
         header = [f"study {state.dir}: search space {state.space['path']}, up to "
                   f"{state.options.num_samples} trials per stage, {state.options.max_concurrent} at once",
                   studies.describe_path(state.options)]
+    if storage is not None:
+        header.append(f"mirrored to {durable.attach(study_dir.resolve(), storage)}")
     return _run(study_dir.resolve(), address, output, header, time_budget_s=options.time_budget_s)
 
 
@@ -69,11 +76,12 @@ def resume_study(study_dir: str | Path, *, address: str | None = None, output: s
                  retry_failed: bool = False, time_budget_s: float | None = None) -> Path:
     """Continue a study or a multi-seed study whose driver stopped: finished trials are kept, unfinished
     ones continue; `retry_failed` also reruns crashed trials of finished stages from their last checkpoint.
-    An experiment continues by running its script again with the same flags."""
-    from sptune.tune.records import layout, study_state
+    `study_dir` may be its storage URI (s3://...): the folder is pulled back to the path it had first (a new
+    cluster after `ray down`). An experiment continues by running its script again with the same flags."""
+    from sptune.tune.records import layout, storage, study_state
 
     _check_output(output)
-    study_dir = Path(study_dir).resolve()
+    study_dir = storage.pull(str(study_dir)) if storage.is_remote(study_dir) else Path(study_dir).resolve()
     kind = layout.kind_of(study_dir)
     if kind == layout.EXPERIMENT:
         raise UserError(f"{study_dir} is an experiment: run its studies/*.py script again with the same flags "
@@ -95,11 +103,12 @@ def _run(results_dir: Path, address: str | None, mode: str, header: list[str], r
          time_budget_s: float | None = None) -> Path:
     """Run a study or a multi-seed study (its kind from the folder), then print its report."""
     from sptune import output
-    from sptune.tune.engine import driver
+    from sptune.tune.engine import driver, mirroring
     from sptune.tune.records import layout
 
     log_path = results_dir / files.STUDY_LOG
-    with output.captured(log_path, echo=mode == "verbose", show_trials=mode != "quiet") as console:
+    with mirroring.mirrored(results_dir), \
+            output.captured(log_path, echo=mode == "verbose", show_trials=mode != "quiet") as console:
         if mode != "quiet":
             for line in header + [f"log: {log_path}   (Ray, Tune and every trial's output)"]:
                 console.line(line)

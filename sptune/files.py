@@ -40,6 +40,7 @@ RESULTS_CSV = "results.csv"  # one row per trial
 STUDY_LOG = "study.log"  # everything Ray, Tune and the trials printed (sptune.output)
 OPTUNA_JOURNAL = "optuna.journal"  # every stage's Optuna study
 DRIVER = "driver.json"  # the driver process that owns the study's Ray instance
+STORAGE = "storage.json"  # where the folder is mirrored (sptune.tune.records.storage)
 
 # ----------------------------------------------------------------------------- seeds directory
 SEEDS = "seeds.json"  # what a multi-seed study asked for

@@ -35,6 +35,9 @@ def register(subparsers) -> None:
                        help="run the study once per seed (run.seed=S, one study directory per seed under --dir, "
                             "default runs/seeds-<config name>) and report the mean paired SPT - scratch gain with "
                             "its 95%% Student-t interval")
+    study.add_argument("--storage", metavar="URI",
+                       help="mirror the study to object storage under URI/<directory name> (s3://bucket/prefix), "
+                            "so `sptune resume` from there continues it after the cluster is gone")
     options.add_options(study)
     _output_flags(study)
     study.set_defaults(func=cmd_study)
@@ -42,7 +45,7 @@ def register(subparsers) -> None:
     resume = subparsers.add_parser("resume", help="continue a study whose driver stopped (Ctrl-C, killed)",
                                    description="Finished trials are kept, unfinished ones continue from their "
                                                "latest checkpoint, the searcher keeps its state.")
-    resume.add_argument("study_dir")
+    resume.add_argument("study_dir", help="the study's directory, or its storage URI (s3://...: pulled back first)")
     resume.add_argument("--address", help="Ray cluster to join (default: start a local Ray instance)")
     resume.add_argument("--time-budget", dest="time_budget_s", type=float, metavar="SECONDS",
                         help="stop cleanly after this many wall seconds (resume again to continue)")
@@ -93,19 +96,23 @@ def cmd_study(args: argparse.Namespace) -> int:
     study_dir = Path(args.dir) if args.dir else api.default_dir(args.config, args.smoke, bool(args.seeds))
     return _interruptible(study_dir, lambda: api.run_study(
         args.config, args.overrides, study_dir, search_space=args.search_space, options=options.from_args(args),
-        address=args.address, output=args.output, seeds=args.seeds))
+        address=args.address, output=args.output, seeds=args.seeds, storage=args.storage))
 
 
 def budget_flags(parser: argparse.ArgumentParser) -> None:
     """The flags of `sptune plan` and of the experiment scripts' --plan."""
     from sptune import budget
 
-    parser.add_argument("--gpu", choices=sorted(budget.GPU_PEAK_TFLOPS), default=budget.DEFAULT_GPU,
-                        help="GPU to project device-hours on (its datasheet peak for the config's precision)")
-    parser.add_argument("--utilization", type=float, default=budget.DEFAULT_UTILIZATION, metavar="U",
-                        help="fraction of the GPU's peak a trial reaches (default %(default)s)")
-    parser.add_argument("--seconds", type=float, default=2.0, metavar="S",
-                        help="how long to measure this node's throughput (sptune doctor's run)")
+    parser.add_argument("--gpu", choices=sorted(budget.GPU_PEAK_TFLOPS),
+                        help="GPU to project device-hours on, at its datasheet peak for the config's precision "
+                             "(default: the GPU of cluster.yaml's worker nodes, else a100)")
+    parser.add_argument("--utilization", type=float, metavar="U",
+                        help="fraction of the GPU's peak a trial reaches (default: measured per precision on an "
+                             "H100, " + ", ".join(f"{k} {v:g}" for k, v in budget.MEASURED_UTILIZATION.items())
+                             + "; docs/benchmarks.md)")
+    parser.add_argument("--seconds", type=float, default=1.0, metavar="S",
+                        help="on this node, each stage's model is timed for S seconds of training steps and S of "
+                             "evaluation batches, after a warm-up (default %(default)s)")
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -116,8 +123,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                              check_rungs=False)
     stages = budget.study_budget(state)
     title = f"plan of `sptune study {args.config}` (search space {state.space['path']}); nothing trains"
-    for line in budget.format_budget(title, stages, budget.node_flops_per_s(args.seconds), args.gpu,
-                                     args.utilization):
+    for line in budget.plan_lines(title, stages, args.seconds, args.gpu, args.utilization):
         print(line)
     return 0
 
@@ -125,25 +131,26 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_resume(args: argparse.Namespace) -> int:
     from sptune import api
 
-    return _interruptible(Path(args.study_dir), lambda: api.resume_study(args.study_dir, address=args.address,
+    return _interruptible(args.study_dir, lambda: api.resume_study(args.study_dir, address=args.address,
                                                                          output=args.output,
                                                                          retry_failed=args.retry_failed,
                                                                          time_budget_s=args.time_budget_s))
 
 
-def _interruptible(study_dir: Path, run: Callable[[], Path]) -> int:
+def _interruptible(study_dir: str | Path, run: Callable[[], Path]) -> int:
     """Run the study; exit 0 when every stage has a completed trial (every seed paired, for a multi-seed
     study), 1 otherwise, 130 on Ctrl-C and 143 on SIGTERM (sptune.tune.engine.interrupts), after printing the
-    command that continues it."""
+    command that continues it. `study_dir` may be a storage URI (`sptune resume s3://...`)."""
     from sptune import api
     from sptune.tune.engine import interrupts
+    from sptune.tune.records import storage
 
-    hint = f"sptune resume {study_dir.resolve()}"
-    interrupts.install(hint)
+    remote = storage.is_remote(study_dir)
+    interrupts.install(f"sptune resume {study_dir if remote else Path(study_dir).resolve()}")
     try:
         study_dir = run()
     except KeyboardInterrupt as stop:
-        return interrupts.stopped(stop, f"log: {study_dir.resolve() / files.STUDY_LOG}")
+        return interrupts.stopped(stop, "" if remote else f"log: {Path(study_dir).resolve() / files.STUDY_LOG}")
     return 0 if api.succeeded(study_dir) else 1
 
 

@@ -39,7 +39,7 @@ from ray.tune.search import Searcher
 from sptune import atomic, files, output, protocol
 from sptune.config import STAGES
 from sptune.tune import loggers, spaces
-from sptune.tune.engine import interrupts, search, stopping
+from sptune.tune.engine import interrupts, mirroring, search, stopping
 from sptune.tune.engine.routing import Group, GroupCallbacks, GroupScheduler
 from sptune.tune.engine.session import ray_session
 from sptune.tune.records import journal, results, seeds, studies, study_state
@@ -285,7 +285,8 @@ def run_cells(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callab
                 failure_config=ray_tune.FailureConfig(max_failures=max_failures(states)),
                 checkpoint_config=ray_tune.CheckpointConfig(num_to_keep=1),
                 # Tune's own TensorBoard logger is left out: a study's TensorBoard runs are its trials'.
-                callbacks=[stopping.StopAtStepBoundary(stop_key), JsonLoggerCallback(), CSVLoggerCallback(),
+                callbacks=[stopping.StopAtStepBoundary(stop_key), mirroring.PushMirror(), JsonLoggerCallback(),
+                           CSVLoggerCallback(),
                            GroupCallbacks(partial(group_callbacks, len(cell_dirs) == 1),
                                           groups if len(cell_dirs) == 1 else [])]))
     fit(tuner, stop_key, concurrency_bound(states), time_budget_s)

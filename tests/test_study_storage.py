@@ -1,0 +1,117 @@
+"""A study outlives its cluster: mirrored to S3, its head's disk deleted, resumed from the bucket.
+
+The storage is moto's S3-compatible server, started by the test on 127.0.0.1 (real HTTP, the S3 protocol as
+pyarrow's S3 client speaks it to AWS). The study runs in a subprocess with `--storage s3://...` until a trial
+has finished and the pretraining trial is mid-way; the driver is SIGKILLed (a lost head: nothing saved on the
+way out) and its local folder deleted; `sptune resume s3://...` pulls the folder back and continues. The
+results must equal an uninterrupted study's, trial for trial, and pretraining must have continued from the
+checkpoint the mirror carried, not from step 0.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+from ray_fixtures import sptune_env
+
+from sptune import files
+from sptune.tune.engine import session
+from sptune.tune.records import results, storage
+
+pytestmark = pytest.mark.slow
+
+CONFIG = {
+    "task": {"name": "listops-mini", "max_val_examples": 32},
+    "model": {"name": "transformer", "d_model": 16, "n_layers": 1, "n_heads": 2, "d_ff": 16},
+    "optim": {"batch_size": 8, "max_steps": 8, "eval_every": 4, "warmup_steps": 0},
+    "stages": {"pretrain": {"optim": {"max_steps": 200, "eval_every": 10}}},  # long enough to be caught mid-way
+}
+SPACE = {"task": "listops-mini", "model": "transformer", "num_samples": 1, "max_concurrent": 1,
+         "stages": {stage: {"params": {"optim.lr": [1e-3], "optim.batch_size": [8]}}
+                    for stage in ("pretrain", "finetune", "scratch")}}
+COMPARED = ("stage", "optim.lr", "status", "steps", "best_step", "best_val", "best_val_loss", "test_metric")
+
+
+@pytest.fixture
+def s3():
+    """An S3 server on 127.0.0.1 with one bucket; the environment that points AWS clients at it."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_ENDPOINT_URL": f"http://{host}:{port}", "SPTUNE_MIRROR_SECONDS": "1"}
+    boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id="test", aws_secret_access_key="test",
+                 region_name="us-east-1").create_bucket(Bucket="studies")
+    yield env
+    server.stop()
+
+
+def sptune(env, *args):
+    return subprocess.Popen([sys.executable, "-m", "sptune.cli", *map(str, args)], env=sptune_env(**env),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def finished(proc, timeout=420):
+    out = proc.communicate(timeout=timeout)[0]
+    assert proc.returncode == 0, out[-4000:]
+    return out
+
+
+def table(study_dir):
+    return sorted(tuple(row.get(key) for key in COMPARED) for row in results.collect(study_dir))
+
+
+def wait_for_midway(study_dir, proc, timeout=300):
+    """Until scratch has finished and pretraining has a checkpoint past step 20 but no result."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        scratch_done = list(study_dir.glob("scratch/*/result.json"))
+        pretraining = [p.parent for p in study_dir.glob("pretrain/*/progress.json")
+                       if not (p.parent / "result.json").exists() and files.read_json(p)["step"] >= 20]
+        if scratch_done and pretraining:
+            time.sleep(2)  # past SPTUNE_MIRROR_SECONDS: a push after the checkpoint
+            return pretraining[0].name
+        time.sleep(0.2)
+    raise AssertionError("the study never had a finished trial beside a checkpointed, unfinished pretraining")
+
+
+def test_a_study_resumed_from_s3_after_its_head_is_gone_ends_as_an_uninterrupted_one(tmp_path, s3, monkeypatch):
+    config, space = tmp_path / "config.yaml", tmp_path / "space.yaml"
+    config.write_text(yaml.safe_dump(CONFIG))
+    space.write_text(yaml.safe_dump(SPACE))
+    reference, study_dir, uri = tmp_path / "reference", tmp_path / "head" / "study", "s3://studies/team"
+    finished(sptune(s3, "study", config, "--search-space", space, "--dir", reference, "--quiet"))
+
+    tag = session.ray_tag(study_dir)
+    driver = sptune(s3, "study", config, "--search-space", space, "--dir", study_dir, "--storage", uri, "--quiet")
+    try:
+        pretraining = wait_for_midway(study_dir, driver)
+        os.killpg(driver.pid, signal.SIGKILL)  # the head is lost: driver, Ray and trials at once
+        driver.wait(timeout=60)
+        session.stop_processes(session.ray_processes(tag))
+        shutil.rmtree(tmp_path / "head")  # and its disk
+
+        out = finished(sptune(s3, "resume", f"{uri}/study", "--quiet"))
+        assert results.RULE in out and study_dir.is_dir()
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+        session.stop_processes(session.ray_processes(tag))
+
+    assert table(study_dir) == table(reference)
+    # Pretraining continued from the checkpoint the mirror carried (the trial's second attempt starts past 0).
+    trial = files.read_json(study_dir / "pretrain" / pretraining / "trial.json")
+    assert [a["start_step"] > 0 for a in trial["attempts"]] == [False, True]
+    # The storage holds the finished study: pulled elsewhere, it reads the same table.
+    for key, value in s3.items():
+        monkeypatch.setenv(key, value)
+    assert table(storage.pull(f"{uri}/study", tmp_path / "copy")) == table(reference)
