@@ -20,10 +20,9 @@ import yaml
 from ray_fixtures import sptune_env
 
 from sptune import files
+from sptune.errors import UserError
 from sptune.tune.engine import session
 from sptune.tune.records import results, storage
-
-pytestmark = pytest.mark.slow
 
 CONFIG = {
     "task": {"name": "listops-mini", "max_val_examples": 32},
@@ -41,6 +40,7 @@ COMPARED = ("stage", "optim.lr", "status", "steps", "best_step", "best_val", "be
 def s3():
     """An S3 server on 127.0.0.1 with one bucket; the environment that points AWS clients at it."""
     import boto3
+    import requests
     from moto.server import ThreadedMotoServer
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
@@ -48,6 +48,7 @@ def s3():
     host, port = server.get_host_and_port()
     env = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1",
            "AWS_ENDPOINT_URL": f"http://{host}:{port}", "SPTUNE_MIRROR_SECONDS": "1"}
+    requests.post(f"{env['AWS_ENDPOINT_URL']}/moto-api/reset", timeout=30)  # moto's state is per process
     boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id="test", aws_secret_access_key="test",
                  region_name="us-east-1").create_bucket(Bucket="studies")
     yield env
@@ -84,6 +85,7 @@ def wait_for_midway(study_dir, proc, timeout=300):
     raise AssertionError("the study never had a finished trial beside a checkpointed, unfinished pretraining")
 
 
+@pytest.mark.slow  # ~2 min: a reference study, a study killed mid-way, its resume
 def test_a_study_resumed_from_s3_after_its_head_is_gone_ends_as_an_uninterrupted_one(tmp_path, s3, monkeypatch):
     config, space = tmp_path / "config.yaml", tmp_path / "space.yaml"
     config.write_text(yaml.safe_dump(CONFIG))
@@ -115,3 +117,82 @@ def test_a_study_resumed_from_s3_after_its_head_is_gone_ends_as_an_uninterrupted
     for key, value in s3.items():
         monkeypatch.setenv(key, value)
     assert table(storage.pull(f"{uri}/study", tmp_path / "copy")) == table(reference)
+
+
+# ----------------------------------------------------------------------------- the mirror itself
+@pytest.fixture
+def aws(s3, monkeypatch):
+    for key, value in s3.items():
+        monkeypatch.setenv(key, value)
+    return s3
+
+
+def remote_files(uri):
+    fs, root = storage.filesystem(uri)
+    return {relative: fs.open_input_stream(f"{root}/{relative}").read() for relative in storage._listing(fs, root)}
+
+
+def test_a_push_uploads_what_changed_and_removes_what_is_gone(tmp_path, aws):
+    folder = tmp_path / "study"
+    (folder / "pretrain" / "t1").mkdir(parents=True)
+    (folder / "study.json").write_text("{}")
+    (folder / "pretrain" / "t1" / "last.pt").write_bytes(b"step 1")
+    (folder / "driver.json").write_text("{}")  # names this machine's processes: never mirrored
+    uri = storage.attach(folder, "s3://studies/team")
+    assert uri == "s3://studies/team/study"
+    assert set(remote_files(uri)) == {"study.json", "storage.json", "pretrain/t1/last.pt"}
+
+    mirror = storage.mirror_of(folder)
+    assert mirror.push() == 0  # nothing changed
+    (folder / "pretrain" / "t1" / "last.pt").write_bytes(b"step 2")
+    (folder / "study.json").unlink()
+    assert mirror.push() == 1
+    assert remote_files(uri) == {"storage.json": (folder / "storage.json").read_bytes(),
+                                 "pretrain/t1/last.pt": b"step 2"}
+
+
+def test_tune_state_is_uploaded_as_it_was_before_the_run_directories(tmp_path, aws, monkeypatch):
+    """The storage never holds a Tune state newer than the trials it describes: a trial that finishes while
+    a push runs is in the storage's run directories, not yet in its Tune state."""
+    folder = tmp_path / "study"
+    (folder / "tune" / "run").mkdir(parents=True)
+    (folder / "tune" / "run" / "experiment_state.json").write_text("trial running")
+    uri = storage.attach(folder, "s3://studies/team")
+    upload = storage.Mirror._upload
+
+    def finishing_meanwhile(self, fs, root, relative):
+        (folder / "tune" / "run" / "experiment_state.json").write_text("trial finished")
+        (folder / "pretrain" / "t1").mkdir(parents=True, exist_ok=True)
+        (folder / "pretrain" / "t1" / "result.json").write_text("{}")
+        return upload(self, fs, root, relative)
+
+    (folder / "pretrain").mkdir()
+    (folder / "pretrain" / "log.txt").write_text("x")
+    monkeypatch.setattr(storage.Mirror, "_upload", finishing_meanwhile)
+    storage.mirror_of(folder).push()
+    assert remote_files(uri)["tune/run/experiment_state.json"] == b"trial running"
+
+
+@pytest.mark.parametrize("uri, words", [("/tmp/x", "not an object-storage URI"),
+                                        ("s3://no-such-bucket/x", "cannot open storage")])
+def test_a_bad_storage_is_a_one_line_error_before_anything_is_made(tmp_path, aws, uri, words, capsys):
+    from sptune.cli import main
+
+    code = main(["study", "configs/listops_mini_transformer.yaml", "--smoke", "--dir", str(tmp_path / "s"),
+                 "--storage", uri])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and words in err and not (tmp_path / "s").exists()
+
+
+def test_pulling_refuses_to_mix_folders(tmp_path, aws):
+    folder = tmp_path / "study"
+    folder.mkdir()
+    (folder / "study.json").write_text("{}")
+    uri = storage.attach(folder, "s3://studies/team")
+    with pytest.raises(UserError, match="already exists"):
+        storage.pull(uri)  # to the path it had, which is still there
+    assert (storage.pull(uri, tmp_path / "elsewhere") / "study.json").read_text() == "{}"
+    with pytest.raises(UserError, match="already holds files"):  # a second study of the same name
+        storage.attach(folder, "s3://studies/team")
+    with pytest.raises(UserError, match="holds no sptune results folder"):
+        storage.pull("s3://studies/nothing-here")

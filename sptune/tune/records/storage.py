@@ -52,10 +52,15 @@ def filesystem(uri: str) -> tuple[Any, str]:
     if not is_remote(uri):
         raise UserError(f"--storage {uri!r} is not an object-storage URI; use s3://bucket/prefix or gs://bucket/prefix")
     try:
-        return pyarrow.fs.FileSystem.from_uri(uri.rstrip("/"))
+        fs, path = pyarrow.fs.FileSystem.from_uri(uri.rstrip("/"))
+        bucket = fs.get_file_info(path.split("/")[0])
     except Exception as exc:  # noqa: BLE001 - pyarrow's own message names the problem
         raise UserError(f"cannot open storage {uri} ({type(exc).__name__}: {str(exc).splitlines()[0]}); "
                         f"check the bucket and the AWS/GCS credentials") from None
+    if bucket.type == pyarrow.fs.FileType.NotFound:
+        raise UserError(f"cannot open storage {uri}: bucket {bucket.path!r} does not exist; create it or pass "
+                        f"another --storage")
+    return fs, path
 
 
 def attach(results_dir: Path, prefix: str) -> str:
