@@ -216,8 +216,8 @@ def check_node(seconds: float = THROUGHPUT_SECONDS) -> dict[str, Any]:
 
 def check_cluster(address: str, seconds: float = THROUGHPUT_SECONDS,
                   timeout_s: float = NODE_TIMEOUT_S) -> list[dict[str, Any]]:
-    """check_node on every alive node of the Ray cluster at `address`, by a task pinned to each node
-    (with one of its GPUs, if it has any, so the task sees a CUDA device as a training worker would).
+    """check_node on every alive node with a CPU of the Ray cluster at `address`, by a task pinned to each
+    node (with one of its GPUs, if it has any, so the task sees a CUDA device as a training worker would).
     Ray is joined and left through sptune.tune.engine.session, as every other entry point does."""
     from sptune.tune.engine.session import joined_cluster
 
@@ -229,7 +229,8 @@ def _check_nodes(seconds: float, timeout_s: float) -> list[dict[str, Any]]:
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    # A node without a CPU takes no trials (cluster.yaml's head) and would never run the 1-CPU check.
+    nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) >= 1]
     remote = ray.remote(check_node)
     pending = {}
     for node in nodes:

@@ -1,7 +1,8 @@
 """`ray up cluster.yaml` on Ray's own launcher code with tests/recording_provider.py: what every node runs.
 
-`launch` copies cluster.yaml (AWS's defaults filled in, as Ray does for `type: aws`), swaps only its
-provider section for the recording provider, and runs, with nothing launched and nothing executed:
+`launch` copies cluster.yaml (AWS's defaults and each node type's resources filled in, as Ray does for
+`type: aws`), swaps only its provider section for the recording provider, and runs, with nothing launched
+and nothing executed:
   1. `ray up`: `create_or_update_cluster`, which sets up the head (NodeUpdater with the head's lists);
   2. the autoscaler on the head, for one node of every worker type, from the bootstrap config `ray up`
      copied to the head: Ray 2.60's `ray up` starts the v2 autoscaler (RAY_enable_autoscaler_v2=1), whose
@@ -9,7 +10,10 @@ provider section for the recording provider, and runs, with nothing launched and
      the v1 StandardAutoscaler's launch and update instead (RAY_UP_enable_autoscaler_v2=0), whose lists
      come from `_get_node_type_specific_fields`.
 `NodeView` reads one node's record: host commands, container commands (unwrapped from Ray's
-`docker exec`), its `docker run` line and its file-mount copies.
+`docker exec`), its `docker run` line and image, its file-mount copies and the resources its `ray start`
+advertises. `with_ready_image` switches cluster.yaml's commented ready-image line on; `dockerfile` and
+`image_records` read the Dockerfile that builds that image, and `NodeView.runs` resolves cluster.yaml's
+`sha256sum --status -c RECORD || ...` guards for an image that holds such records.
 """
 
 from __future__ import annotations
@@ -25,6 +29,15 @@ from pathlib import Path
 import yaml
 from recording_provider import RECORDING, RecordingNodeProvider, Step
 
+# cluster.yaml's switch to the ready image: a commented `docker: {worker_image: <registry>/...}` line.
+READY_SWITCH = re.compile(r"^(?P<indent>[ \t]*)# (?P<line>docker: \{worker_image: <registry>/[^}\s]+\})[ \t]*$", re.M)
+# The guard before a setup command that the ready image makes unnecessary (cluster.yaml says why).
+GUARD = re.compile(r"\bsha256sum --status -c (?P<record>\S+)(?: 2>/dev/null)? \|\| ")
+# DescribeInstanceTypes facts (AWS's instance type pages) of cluster.yaml's instance types, as Ray reads them.
+EC2_TYPES = {"m5.2xlarge": {"VCpuInfo": {"DefaultVCpus": 8}, "MemoryInfo": {"SizeInMiB": 32768}},
+             "g5.xlarge": {"VCpuInfo": {"DefaultVCpus": 4}, "MemoryInfo": {"SizeInMiB": 16384},
+                           "GpuInfo": {"Gpus": [{"Name": "A10G", "Manufacturer": "NVIDIA", "Count": 1,
+                                                 "MemoryInfo": {"SizeInMiB": 24576}}]}}}
 # What a user's checkout holds besides the repository's files, which `ray up` must not copy to the nodes.
 CHECKOUT_EXTRAS = [".venv/lib/python3.11/site-packages/torch/__init__.py", ".git/HEAD", "runs/scratch-x/last.pt",
                    "sptune/__pycache__/cli.cpython-311.pyc"]
@@ -41,18 +54,60 @@ def user_checkout(repo: Path, where: Path) -> Path:
     return where
 
 
+def aws_resources(cluster: dict) -> dict:
+    """What `ray up` does first with `type: aws` (commands.py _bootstrap_config): each node type's resources
+    filled in from EC2's facts about its instance type, the file's own values winning; EC2 answers EC2_TYPES."""
+    from unittest import mock
+
+    from ray.autoscaler._private.aws import node_provider
+
+    rows = [{"InstanceType": name, **facts} for name, facts in EC2_TYPES.items()]
+    with mock.patch.object(node_provider, "list_ec2_instances", lambda region, credentials=None: rows):
+        return node_provider.AWSNodeProvider.fillout_available_node_types_resources(cluster)
+
+
 def recording_config(cluster_yaml: Path, out: Path) -> dict:
-    """cluster.yaml as Ray sees it with `type: aws` (its AWS defaults under the file's keys), with the
-    recording provider in place of AWS; `gpu_node_types` tells the provider which nodes have GPUs."""
+    """cluster.yaml as Ray sees it with `type: aws` (its AWS defaults under the file's keys, its resources
+    filled in), with the recording provider in place of AWS; `gpu_node_types` tells the provider which
+    nodes have GPUs."""
     import ray.autoscaler
 
     defaults = yaml.safe_load((Path(ray.autoscaler.__file__).parent / "aws" / "defaults.yaml").read_text())
-    cluster = {**defaults, **yaml.safe_load(cluster_yaml.read_text())}
+    cluster = aws_resources({**defaults, **yaml.safe_load(cluster_yaml.read_text())})
     gpu_types = [name for name, spec in cluster["available_node_types"].items() if spec["resources"].get("GPU")]
     cluster["provider"] = {"type": "external", "module": "recording_provider.RecordingNodeProvider",
                            "gpu_node_types": gpu_types}
     out.write_text(yaml.safe_dump(cluster))
     return cluster
+
+
+def with_ready_image(text: str, registry: str) -> str:
+    """cluster.yaml's text with its ready-image line uncommented, as a user switches it, `<registry>` filled in."""
+    switched, count = READY_SWITCH.subn(lambda m: m["indent"] + m["line"].replace("<registry>", registry), text)
+    assert count == 1, f"cluster.yaml has {count} commented `docker: {{worker_image: <registry>/...}}` lines, not 1"
+    return switched
+
+
+def dockerfile(path: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, its arguments) of each instruction of a Dockerfile: comments dropped, continued lines joined."""
+    instructions, pending = [], ""
+    for line in path.read_text().splitlines():
+        if line.lstrip().startswith("#"):
+            continue
+        pending += line.rstrip()
+        if pending.endswith("\\"):
+            pending = pending[:-1] + " "
+        elif pending.strip():
+            keyword, _, args = pending.strip().partition(" ")
+            instructions.append((keyword.upper(), args.strip()))
+            pending = ""
+    return instructions
+
+
+def image_records(instructions: list[tuple[str, str]]) -> dict[str, str]:
+    """{record file: the file whose sha256 it holds} of the image, from its `RUN sha256sum FILE > RECORD` steps."""
+    return {m[2]: m[1] for keyword, args in instructions if keyword == "RUN"
+            for m in re.finditer(r"sha256sum (\S+) > (\S+)", args)}
 
 
 def launch(cluster_yaml: Path, home: Path, autoscaler: str = "v2") -> tuple[dict, list[Step]]:
@@ -134,13 +189,15 @@ def unwrap(command: str) -> str | None:
 
 @dataclass
 class NodeView:
-    """One node's record, in order: (index in the whole cluster's record, step)."""
+    """One node's record, in order: (index in the whole cluster's record, step); `passing`: the records
+    whose `sha256sum --status -c` check succeeds in the node's image (none in Ray's stock images)."""
     name: str
     steps: list[tuple[int, Step]]
+    passing: frozenset[str] = frozenset()
 
     @classmethod
-    def of(cls, name: str, steps: list[Step]) -> NodeView:
-        return cls(name, [(i, s) for i, s in enumerate(steps) if s.node == name])
+    def of(cls, name: str, steps: list[Step], passing: frozenset[str] = frozenset()) -> NodeView:
+        return cls(name, [(i, s) for i, s in enumerate(steps) if s.node == name], passing)
 
     def host(self) -> list[tuple[int, str]]:
         return [(i, s.command) for i, s in self.steps if s.kind == "host" and unwrap(s.command) is None]
@@ -151,9 +208,36 @@ class NodeView:
     def copies(self) -> list[Step]:
         return [s for _, s in self.steps if s.kind == "rsync"]
 
+    def runs(self) -> list[tuple[int, str]]:
+        """The container commands that run in the node's image: a command behind a `sha256sum --status -c
+        RECORD ||` guard is skipped where RECORD is `passing`."""
+        return [(i, c) for i, c in self.container() if not ((g := GUARD.search(c)) and g["record"] in self.passing)]
+
     def docker_run(self) -> tuple[int, list[str]]:
         (run,) = [(i, shlex.split(c)) for i, c in self.host() if c.startswith("docker run")]
         return run
+
+    def image(self) -> str:
+        """The image of the node's container (Ray's `docker run ... IMAGE bash`)."""
+        return self.docker_run()[1][-2]
+
+    def advertised(self) -> dict[str, float]:
+        """The resources its `ray start` gives the node's raylet: the --num-cpus / --num-gpus / --resources
+        flags, overridden by RAY_OVERRIDE_RESOURCES, which Ray's launcher exports from the node type's
+        `resources` (updater.py) and which wins over the flags (resource_and_label_spec._resolve_resources).
+        A CPU or GPU count absent here is the one Ray detects on the machine."""
+        (start,) = [c for _, c in self.container() if re.search(r"\bray start\b", c)]
+        args = shlex.split(start.split("ray start", 1)[1])
+        value = {}
+        for k, arg in enumerate(args):  # --flag=VALUE or --flag VALUE
+            flag, equals, given = arg.partition("=")
+            if flag in ("--resources", "--num-cpus", "--num-gpus"):
+                value[flag] = given if equals else args[k + 1]
+        resources = json.loads(value.get("--resources", "{}"))
+        resources |= {name: float(value[flag]) for flag, name in [("--num-cpus", "CPU"), ("--num-gpus", "GPU")]
+                      if flag in value}
+        override = re.search(r"export RAY_OVERRIDE_RESOURCES=('[^']*'|[^;\s]+);", start)
+        return resources | (json.loads(shlex.split(override[1])[0]) if override else {})
 
     def volumes(self) -> dict[str, str]:
         """{host path: container path} of the container's `-v` mounts, less Ray's file-mount copies."""

@@ -1,9 +1,11 @@
-"""cluster.yaml against Ray's own schema, and a real two-node Ray cluster on this machine running a study."""
+"""cluster.yaml against Ray's own schema, the ready image's Dockerfile against cluster.yaml, and a real two-node Ray
+cluster on this machine, laid out as cluster.yaml's, running a study."""
 
 import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from launch_harness import GUARD, dockerfile, image_records, with_ready_image
 from ray_fixtures import CONFIG, REPO, sptune_env
 
 from sptune import files
@@ -27,10 +30,13 @@ def test_cluster_yaml_matches_the_schema_shipped_with_ray():
     schema = json.loads((Path(ray.__file__).parent / "autoscaler" / "ray-schema.json").read_text())
     cluster = yaml.safe_load((REPO / "cluster.yaml").read_text())
     jsonschema.validate(cluster, schema)
+    # Its ready-image variant too (a node type's own docker.worker_image), as a user switches it on.
+    jsonschema.validate(yaml.safe_load(with_ready_image((REPO / "cluster.yaml").read_text(), "registry")), schema)
     assert cluster["provider"]["type"] == "aws"
     head, workers = cluster["available_node_types"][cluster["head_node_type"]], [
         spec for name, spec in cluster["available_node_types"].items() if name != cluster["head_node_type"]]
-    assert "GPU" not in head["resources"] and all(w["resources"].get("GPU", 0) >= 1 for w in workers)
+    # The head takes no trials (what its `ray start` gets: test_cluster_launch.py); GPU workers take them.
+    assert head["resources"] == {"CPU": 0} and all(w["resources"].get("GPU", 0) >= 1 for w in workers)
     assert sum(w["max_workers"] for w in workers) <= cluster["max_workers"]
     # A pinned image on every node (Ray's own, Python 3.11, this Ray version) and a named host AMI.
     docker = cluster["docker"]
@@ -65,6 +71,80 @@ def test_cluster_yaml_matches_the_schema_shipped_with_ray():
     # and a worker type without its own would run the head's: what each node runs is checked in
     # test_cluster_launch.py.
     assert "initialization_commands" not in head and all("initialization_commands" in w for w in workers)
+
+
+def pip_args(command: str) -> list[str]:
+    """What a `pip install` command installs, with its options, guard and cache switch left out."""
+    return [a for a in shlex.split(GUARD.sub("", command).split("pip install", 1)[1]) if a != "--no-cache-dir"]
+
+
+def test_the_ready_image_installs_what_a_gpu_worker_would():
+    """The Dockerfile builds FROM cluster.yaml's worker image (the same tag, which the ready image's tag in
+    cluster.yaml repeats); runs the GPU workers' installs, same order and arguments (torch's pin, within
+    pyproject.toml's range, and index; sptune from where file_mounts put the repository, copied there first);
+    and records the pyproject.toml that the workers' guards check. Not built here: no Docker daemon."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    cluster = yaml.safe_load((REPO / "cluster.yaml").read_text())
+    steps = dockerfile(REPO / "Dockerfile")
+    package_dir = next(remote for remote, local in cluster["file_mounts"].items() if local == ".")
+    workers = [spec for name, spec in cluster["available_node_types"].items() if name != cluster["head_node_type"]]
+    assert [args for keyword, args in steps if keyword == "FROM"] == [cluster["docker"]["worker_image"]]
+    ready = yaml.safe_load(with_ready_image((REPO / "cluster.yaml").read_text(), "registry"))["available_node_types"]
+    assert {spec["docker"]["worker_image"].rsplit(":", 1)[1] for spec in ready.values() if "docker" in spec} == {
+        cluster["docker"]["worker_image"].rsplit(":", 1)[1]}
+    installs = [(k, pip_args(args)) for k, (keyword, args) in enumerate(steps)
+                if keyword == "RUN" and "pip install" in args]
+    for worker in workers:
+        assert [a for _, a in installs] == [pip_args(c) for c in worker["worker_setup_commands"]]
+    torch = next(a for a in sum((a for _, a in installs), []) if a.startswith("torch=="))
+    (floor,) = [r for r in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+                if Requirement(r).name == "torch"]
+    assert Requirement(floor).specifier.contains(torch.split("==")[1]), (torch, floor)
+    copied = [k for k, (keyword, args) in enumerate(steps)
+              if keyword == "COPY" and args.split()[-2:] == [".", package_dir]]
+    (sptune,) = [k for k, args in installs if any(a.strip('"').startswith(package_dir) for a in args)]
+    assert copied and copied[0] < sptune
+    guarded = {GUARD.search(c)["record"] for w in workers for c in w["worker_setup_commands"]}
+    assert {r: image_records(steps).get(r) for r in guarded} == {r: f"{package_dir}/pyproject.toml" for r in guarded}
+
+
+def test_the_workers_install_only_where_the_image_does_not_match(tmp_path):
+    """The GPU workers' setup commands and the Dockerfile's record step, run by bash under a stand-in for
+    /home/ray (pip replaced by echo): in an image built from the mounted pyproject.toml the installs are
+    skipped; with another pyproject.toml, or no record (Ray's stock image), they run."""
+    cluster = yaml.safe_load((REPO / "cluster.yaml").read_text())
+    home = tmp_path / "home" / "ray"
+    (home / "sptune").mkdir(parents=True)
+    (home / "sptune" / "pyproject.toml").write_bytes((REPO / "pyproject.toml").read_bytes())
+    (record_step,) = [args for keyword, args in dockerfile(REPO / "Dockerfile")
+                      if keyword == "RUN" and "sha256sum" in args]
+    commands = [c for name, spec in cluster["available_node_types"].items() if name != cluster["head_node_type"]
+                for c in spec["worker_setup_commands"]]
+
+    def bash(command: str) -> str:
+        command = command.replace("/home/ray", str(home)).replace("python -m pip install", "echo pip install")
+        proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    assert all(bash(c).startswith("pip install") for c in commands)  # the stock image: no record
+    bash(record_step)
+    assert [bash(c) for c in commands] == [""] * len(commands)  # the image built from this pyproject.toml
+    (home / "sptune" / "pyproject.toml").write_text("[project]\nname = 'sptune'\ndependencies = ['new']\n")
+    assert all(bash(c).startswith("pip install") for c in commands)  # built from another one
+
+
+def test_the_image_leaves_out_what_ray_up_leaves_out():
+    """.dockerignore is cluster.yaml's rsync_exclude in Docker's terms: Docker anchors every pattern at the
+    root, where rsync matches a pattern without a leading '/' at any depth (its tail, for one with a '/')."""
+    cluster = yaml.safe_load((REPO / "cluster.yaml").read_text())
+    docker_form = [p[1:] if p.startswith("/") else p if p.startswith("**/") else f"**/{p}"
+                   for p in cluster["rsync_exclude"]]
+    lines = [line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()]
+    assert sorted(line for line in lines if line and not line.startswith("#")) == sorted(docker_form)
 
 
 def test_declared_dependencies_match_the_imports():
@@ -109,7 +189,7 @@ def ray_start(args, env, ports):
     """`ray start` with every port chosen here, so two nodes (and other Ray instances) never collide."""
     names = ["--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
              "--dashboard-agent-grpc-port", "--metrics-export-port", "--runtime-env-agent-port"]
-    cmd = [str(Path(sys.executable).parent / "ray"), "start", "--node-ip-address=127.0.0.1", "--num-cpus=1",
+    cmd = [str(Path(sys.executable).parent / "ray"), "start", "--node-ip-address=127.0.0.1",
            "--object-store-memory=200000000", "--disable-usage-stats", *args,
            *[f"{name}={port}" for name, port in zip(names, ports)],
            "--worker-port-list=" + ",".join(map(str, ports[len(names):]))]
@@ -117,8 +197,26 @@ def ray_start(args, env, ports):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
 
 
+# Joins the cluster at argv[1]: which nodes `sptune doctor`'s cluster check goes to (its check_node, tested in
+# test_doctor.py, replaced by a stub), and every alive node's resources.
+DOCTOR_AND_NODES = """
+import json, sys
+import ray
+from sptune import doctor
+doctor.check_node = lambda seconds: {"host": "checked", "can_train": True}
+checked = [r["node_id"] for r in doctor.check_cluster(sys.argv[1], seconds=1, timeout_s=30)]
+ray.init(address=sys.argv[1], logging_level="ERROR")
+print(json.dumps({"checked": checked, "nodes": {n["NodeID"]: n["Resources"] for n in ray.nodes() if n["Alive"]}}))
+"""
+
+
 @pytest.mark.slow
 def test_study_on_a_two_node_cluster(tmp_path):
+    """cluster.yaml's layout on this machine: a head that gets cluster.yaml's head resources as Ray's launcher
+    passes them (RAY_OVERRIDE_RESOURCES: no CPU), and a worker with 2 CPUs. The study's driver joins at the
+    head, every trial runs on the worker, and `sptune doctor` checks the worker only."""
+    cluster = yaml.safe_load((REPO / "cluster.yaml").read_text())
+    head_resources = cluster["available_node_types"][cluster["head_node_type"]]["resources"]
     temp_dir = Path(tempfile.mkdtemp(prefix="spr-", dir="/tmp"))  # short: Ray's socket paths have a length limit
     tag = f"sptune-test-cluster-{os.getpid()}"
     # Every process of both nodes carries the tag, so the cleanup below stops exactly them. Token
@@ -129,8 +227,9 @@ def test_study_on_a_two_node_cluster(tmp_path):
     try:
         ray_start(["--head", f"--port={gcs_port}", f"--dashboard-port={dashboard_port}",
                    f"--ray-client-server-port={client_port}", f"--temp-dir={temp_dir / 'head'}",
-                   '--resources={"sptune_head_node": 1}'], env, ports[:36])
-        ray_start([f"--address=127.0.0.1:{gcs_port}", f"--temp-dir={temp_dir / 'second'}",
+                   '--resources={"sptune_head_node": 1}'],
+                  {**env, "RAY_OVERRIDE_RESOURCES": json.dumps(head_resources)}, ports[:36])
+        ray_start([f"--address=127.0.0.1:{gcs_port}", f"--temp-dir={temp_dir / 'second'}", "--num-cpus=2",
                    '--resources={"sptune_second_node": 1}'], env, ports[36:])
         proc = subprocess.run([sys.executable, "-m", "sptune.cli", "study", str(CONFIG), "--smoke", "--quiet",
                                "--dir", str(study_dir), "--address", f"127.0.0.1:{gcs_port}"],
@@ -138,8 +237,15 @@ def test_study_on_a_two_node_cluster(tmp_path):
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         rows = results.collect(study_dir)
         assert len(rows) == 3 * studies.SMOKE_SAMPLES and all(r["status"] == "completed" for r in rows)
-        nodes = {r["node_id"] for r in rows}
-        assert len(nodes) == 2, f"all trials ran on {nodes}"  # 1 CPU per node, 2 trials at once: one on each
+        proc = subprocess.run([sys.executable, "-c", DOCTOR_AND_NODES, f"127.0.0.1:{gcs_port}"],
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        seen = json.loads(proc.stdout.strip().splitlines()[-1])
+        (head,) = [node for node, res in seen["nodes"].items() if "sptune_head_node" in res]
+        (worker,) = [node for node, res in seen["nodes"].items() if "sptune_second_node" in res]
+        assert seen["nodes"][head].get("CPU", 0) == 0 and seen["nodes"][worker]["CPU"] == 2
+        assert {r["node_id"] for r in rows} == {worker}, "a trial ran on the head"
+        assert seen["checked"] == [worker]
         attempts = [files.read_json(Path(r["run_dir"]) / "trial.json")["attempts"][-1] for r in rows]
         assert all(a["hostname"] and a["pid"] for a in attempts)
         # The study joined the cluster instead of starting Ray itself: nothing of its own to stop.

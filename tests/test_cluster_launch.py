@@ -1,8 +1,10 @@
 """What `ray up cluster.yaml` would run on every node, read from Ray's own launcher code (tests/launch_harness.py).
 
 The schema test in test_cluster.py cannot see these: they depend on which of the file's command lists
-Ray hands to which node, how it wraps them for Docker and how it applies rsync_exclude. Each check
-returns its problems, so one run reports all of them.
+Ray hands to which node, how it wraps them for Docker, how it applies rsync_exclude and which resources
+it gives each node's `ray start`. Each check returns its problems, so one run reports all of them. Two
+variants of the file: as it is (Ray's stock images, every node installs) and with its ready-image line
+switched on (the GPU workers run the image the repository's Dockerfile builds, and install nothing).
 """
 
 from __future__ import annotations
@@ -11,11 +13,14 @@ import re
 from pathlib import Path
 
 import pytest
-from launch_harness import CHECKOUT_EXTRAS, NodeView, launch, rsync_copies, user_checkout
+import yaml
+from launch_harness import (CHECKOUT_EXTRAS, NodeView, dockerfile, image_records, launch, rsync_copies,
+                            user_checkout, with_ready_image)
 from ray_fixtures import REPO
 
 CONTAINER_UID = "1000"  # the user of Ray's rayproject/ray images
 TORCH_INDEX = "https://download.pytorch.org/whl/"
+REGISTRY = "registry.example.com/team"  # what a user puts in place of <registry>
 
 
 def nfs_exported_before_mounted(head: NodeView, workers: list[NodeView]) -> list[str]:
@@ -83,17 +88,18 @@ def repository_copied(head: NodeView, workers: list[NodeView], checkout: Path) -
     return problems
 
 
-def torch_builds(head: NodeView, workers: list[NodeView], gpu_types: list[str]) -> list[str]:
-    """The head installs torch's CPU build; each GPU worker the CUDA build of its image's CUDA version
-    (rayproject/ray:...-cuXYZ and .../whl/cuXYZ); one torch version everywhere; torch before sptune."""
+def torch_builds(nodes: list[NodeView], gpu_types: list[str]) -> list[str]:
+    """Of the nodes that install (Ray's stock images): the head installs torch's CPU build; each GPU worker
+    the CUDA build of its image's CUDA version (rayproject/ray:...-cuXYZ and .../whl/cuXYZ); one torch
+    version everywhere; torch before sptune."""
     problems, versions = [], set()
-    for node in [head, *workers]:
-        image = node.docker_run()[1][-2]
+    for node in nodes:
+        image = node.image()
         cuda = re.search(r"-(cu\d+)$", image)
         build = (cuda.group(1) if cuda else "the image's CUDA") if node.name in gpu_types else "cpu"
-        installs = [(i, c) for i, c in node.container() if re.search(r"pip install .*\btorch==", c)]
+        installs = [(i, c) for i, c in node.runs() if re.search(r"pip install .*\btorch==", c)]
         matching = [(i, c) for i, c in installs if f"--index-url {TORCH_INDEX}{build} " in c + " "]
-        sptune = node.first(r"pip install -e", node.container())
+        sptune = node.first(r"pip install -e", node.runs())
         if node.name in gpu_types and not cuda:
             problems.append(f"{node.name}: image {image} names no CUDA version (cuXYZ) to match torch's build to")
         if not matching:
@@ -107,19 +113,57 @@ def torch_builds(head: NodeView, workers: list[NodeView], gpu_types: list[str]) 
     return problems
 
 
-def installs_then_starts_ray(node: NodeView, package_dir: str) -> list[str]:
-    """sptune is installed from the repository's file mount, and `ray start` is the node's last step."""
-    problems = []
-    if node.first(rf'pip install -e "?{re.escape(package_dir)}\b', node.container()) is None:
-        problems.append(f"{node.name} does not install sptune from {package_dir}")
+def installs_sptune(node: NodeView, package_dir: str) -> list[str]:
+    """A node on a stock image installs sptune from the repository's file mount."""
+    if node.first(rf'pip install -e "?{re.escape(package_dir)}\b', node.runs()) is None:
+        return [f"{node.name} does not install sptune from {package_dir}"]
+    return []
+
+
+def starts_ray_last(node: NodeView) -> list[str]:
     last = node.steps[-1][1].command
-    if "ray start" not in last:
-        problems.append(f"{node.name}'s last step is not `ray start`: {last[:200]}")
+    return [] if "ray start" in last else [f"{node.name}'s last step is not `ray start`: {last[:200]}"]
+
+
+def on_the_ready_image(node: NodeView, image: str) -> list[str]:
+    """A worker switched to the ready image pulls and runs it, and runs no pip install (its installs'
+    guards pass there: the image records the pyproject.toml it was built from)."""
+    problems = []
+    if node.image() != image or node.first(rf"^docker pull {re.escape(image)}$", node.host()) is None:
+        problems.append(f"{node.name} runs {node.image()}, not the ready image {image}")
+    installs = [c for _, c in node.runs() if re.search(r"\bpip install\b", c)]
+    if installs:
+        problems.append(f"{node.name} installs on the ready image: {installs}")
     return problems
 
 
+def head_takes_no_trials(head: NodeView, workers: list[NodeView], node_types: dict) -> list[str]:
+    """The head's `ray start` advertises no CPU and no GPU, so no trial trains there (a trial trains with the
+    CPUs and GPUs it reserves); each worker's advertises its node type's resources (`node_types`: the file's, before
+    AWS's additions). Ray's launcher sets them after AWS filled in its instance facts: a head type without
+    `resources: {CPU: 0}` gets the instance's vCPUs, which also override a `--num-cpus=0` flag."""
+    problems = []
+    if head.advertised().get("CPU") != 0 or head.advertised().get("GPU", 0):
+        problems.append(f"the head's `ray start` advertises {head.advertised()} (no CPU count is the "
+                        f"machine's cores): trials can run on the head")
+    for worker in workers:
+        wanted = node_types[worker.name]["resources"]
+        if {k: worker.advertised().get(k) for k in wanted} != wanted or not wanted.get("CPU"):
+            problems.append(f"{worker.name}'s `ray start` advertises {worker.advertised()}, its type {wanted}")
+    return problems
+
+
+def cluster_file(image: str, where: Path) -> Path:
+    """cluster.yaml as it is ("stock") or with its ready-image line switched on ("ready")."""
+    if image == "stock":
+        return REPO / "cluster.yaml"
+    where.write_text(with_ready_image((REPO / "cluster.yaml").read_text(), REGISTRY))
+    return where
+
+
+@pytest.mark.parametrize("image", ["stock", "ready"])
 @pytest.mark.parametrize("autoscaler", ["v2", "v1"])
-def test_ray_up_gives_every_node_what_a_study_needs(tmp_path, monkeypatch, autoscaler):
+def test_ray_up_gives_every_node_what_a_study_needs(tmp_path, monkeypatch, autoscaler, image):
     checkout = user_checkout(REPO, tmp_path / "checkout")
     home = tmp_path / "home"
     (home / ".ray").mkdir(parents=True)
@@ -128,14 +172,26 @@ def test_ray_up_gives_every_node_what_a_study_needs(tmp_path, monkeypatch, autos
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
     monkeypatch.chdir(checkout)  # `ray up cluster.yaml` from the repository root
 
-    cluster, steps = launch(REPO / "cluster.yaml", home, autoscaler)
+    file = cluster_file(image, tmp_path / "cluster.yaml")
+    cluster, steps = launch(file, home, autoscaler)
 
-    head = NodeView.of(cluster["head_node_type"], steps)
-    workers = [NodeView.of(name, steps) for name in cluster["available_node_types"] if name != head.name]
+    types = cluster["available_node_types"]
     gpu_types = cluster["provider"]["gpu_node_types"]
     package_dir = next(remote for remote, local in cluster["file_mounts"].items() if local == ".")
+    ready_images = {name: types[name]["docker"]["worker_image"] for name in types if "docker" in types[name]}
+    # The ready image was built from this checkout: a record of the mounted pyproject.toml's sum passes.
+    built = frozenset(r for r, f in image_records(dockerfile(REPO / "Dockerfile")).items()
+                      if f == f"{package_dir}/pyproject.toml")
+    head = NodeView.of(cluster["head_node_type"], steps)
+    workers = [NodeView.of(name, steps, built if name in ready_images else frozenset())
+               for name in types if name != head.name]
+    stock = [node for node in [head, *workers] if node.name not in ready_images]
     assert gpu_types and all(w.steps for w in workers) and head.steps
+    assert set(ready_images) == (set(gpu_types) if image == "ready" else set())
     problems = (nfs_exported_before_mounted(head, workers) + same_paths_everywhere(head, workers)
-                + repository_copied(head, workers, checkout) + torch_builds(head, workers, gpu_types)
-                + sum((installs_then_starts_ray(n, package_dir) for n in [head, *workers]), []))
-    assert not problems, "cluster.yaml under `ray up`:\n- " + "\n- ".join(problems)
+                + repository_copied(head, workers, checkout) + torch_builds(stock, gpu_types)
+                + head_takes_no_trials(head, workers, yaml.safe_load(file.read_text())["available_node_types"])
+                + sum((installs_sptune(n, package_dir) for n in stock), [])
+                + sum((on_the_ready_image(w, ready_images[w.name]) for w in workers if w.name in ready_images), [])
+                + sum((starts_ray_last(n) for n in [head, *workers]), []))
+    assert not problems, f"cluster.yaml ({image} images) under `ray up`:\n- " + "\n- ".join(problems)
