@@ -26,7 +26,8 @@ REGISTRY = "registry.example.com/team"  # what a user puts in place of <registry
 def nfs_exported_before_mounted(head: NodeView, workers: list[NodeView]) -> list[str]:
     """The head exports every shared directory, owned by the container's user, before its container
     starts (Docker's -v would create missing directories as root) and before any worker mounts it;
-    each worker mounts them, at the same paths, before its own container starts."""
+    each worker mounts them, at the same paths and soft (a lost head fails writes, never hangs them), before
+    its own container starts."""
     problems = []
     run_at, _ = head.docker_run()
     exported = head.first(r"\bexportfs\b", head.host())
@@ -45,11 +46,15 @@ def nfs_exported_before_mounted(head: NodeView, workers: list[NodeView]) -> list
         if worker.first(r"\bexportfs\b", worker.host()) is not None:
             problems.append(f"{worker.name} runs the head's NFS server commands")
         for path in worker.volumes():
-            mounted = worker.first(rf"mount -t nfs \S+:{re.escape(path)} {re.escape(path)}\b", worker.host())
+            pattern = rf"mount -t nfs (?:-o \S+ )?\S+:{re.escape(path)} {re.escape(path)}\b"
+            mounted = worker.first(pattern, worker.host())
             if mounted is None or mounted > worker_run_at:
                 problems.append(f"{worker.name} does not mount the head's {path} before its container starts")
             elif exported is not None and mounted < exported:
                 problems.append(f"{worker.name} mounts {path} before the head exports it")
+            elif worker.first(rf"mount -t nfs -o \S*\bsoft\b\S* \S+:{re.escape(path)} ", worker.host()) is None:
+                problems.append(f"{worker.name} mounts {path} hard: a lost head would hang every trial's write "
+                                f"instead of failing it")
     return problems
 
 
