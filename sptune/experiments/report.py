@@ -14,7 +14,7 @@ Terms:
     gain    SPT vs scratch at one table position: the mean paired difference over seeds (pairs matched by
             seed) with its 95% Student-t interval, sptune.stats, as `sptune study/compare --seeds` report it
     data ×  (fraction experiment) how many times the labelled data scratch needs to match SPT's accuracy at
-            that fraction, with a seed-bootstrap 95% interval (sptune.multiplier)
+            that fraction, with its 95% interval (an inverted paired t-test over seeds, sptune.multiplier)
 """
 
 from __future__ import annotations
