@@ -25,6 +25,9 @@ class Options:
     gpus_per_worker: float | None = None
     trials_per_gpu: int | None = None  # pack N one-worker trials on each GPU (sets gpus_per_worker = 1/N)
     asha: bool | None = None
+    # a stage's best at a grid edge runs the next value out (records.bracketing); off by default until the
+    # studies' budgets (README command 1, the test suite) are measured with it on
+    extend_grids: bool = False
     sampler: str | None = None
     seed: int | None = None
     max_failures: int = 2
@@ -47,6 +50,7 @@ class Resolved:
     trials_per_gpu: int = 0  # > 0: trials share GPUs; their CPUs are sized to the node (resources.fit_to_nodes)
     asha: dict[str, Any] | None  # ASHA's settings, None: FIFO
     asha_min_trials: int  # ASHA only for stages of at least this many trials (0: asked for, every stage)
+    extend_grids: bool = False  # grids extend past an edge the best sits at (sptune.tune.records.bracketing)
     sampler: str
     seed: int
     max_failures: int
@@ -77,6 +81,10 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--asha", action=argparse.BooleanOptionalAction, default=None,
                         help="ASHA early stopping on our own step counter (default: the search space's asha block, "
                              "else on for stages of >= 8 trials whose evals meet its rungs)")
+    parser.add_argument("--extend-grids", action=argparse.BooleanOptionalAction, default=defaults.extend_grids,
+                        help="when a stage's best trial sits at an edge of an ordered grid (lr, batch size), run "
+                             "the next value beyond it, one grid step at a time, until the best is interior or "
+                             "the search space's limits stop it")
     parser.add_argument("--sampler", choices=SAMPLERS,
                         help="Optuna sampler (auto: brute force for categorical grids, TPE otherwise)")
     parser.add_argument("--seed", type=int, help="sampler seed")

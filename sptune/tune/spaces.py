@@ -65,10 +65,13 @@ class SearchSpace:
     sampler: str = "auto"
     asha: dict[str, Any] | None = None  # {grace_period (budget fraction), reduction_factor}: off when absent
     resources: dict[str, float] = field(default_factory=dict)  # workers, cpus_per_worker, gpus_per_worker
+    # param -> [low, high]: how far a grid may extend itself past its edges (sptune.tune.records.bracketing)
+    limits: dict[str, list[float]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "task": self.task, "model": self.model, "num_samples": self.num_samples,
-                "max_concurrent": self.max_concurrent, "seed": self.seed, "sampler": self.sampler, "asha": self.asha, "resources": self.resources,
+                "max_concurrent": self.max_concurrent, "seed": self.seed, "sampler": self.sampler,
+                "asha": self.asha, "resources": self.resources, "limits": self.limits,
                 "stages": {s: {"params": sp.params, "points": sp.points} for s, sp in self.stages.items()}}
 
 
@@ -102,7 +105,8 @@ def parse(data: Any, path: str = "<search space>") -> SearchSpace:
     """Validate a search-space mapping; every mistake is a UserError naming the file and the key."""
     if not isinstance(data, dict):
         raise UserError(f"{path}: must be a mapping with a 'stages' section")
-    known = {"task", "model", "stages", "num_samples", "max_concurrent", "seed", "sampler", "asha", "resources"}
+    known = {"task", "model", "stages", "num_samples", "max_concurrent", "seed", "sampler", "asha", "resources",
+             "limits"}
     if set(data) - known:
         raise UserError(f"{path}: unknown keys {sorted(set(data) - known)}; allowed: {', '.join(sorted(known))}")
     stages = data.get("stages")
@@ -126,7 +130,22 @@ def parse(data: Any, path: str = "<search space>") -> SearchSpace:
     if not isinstance(resources, dict) or set(resources) - allowed:
         raise UserError(f"{path}: 'resources' may set only {', '.join(sorted(allowed))}")
     space.resources = dict(resources)
+    space.limits = _limits(path, data.get("limits") or {})
     return space
+
+
+def _limits(path: str, spec: Any) -> dict[str, list[float]]:
+    """`limits: {optim.lr: [1.0e-6, 1.0e-1]}`: numbers low <= high per searched config key."""
+    if not isinstance(spec, dict):
+        raise UserError(f"{path}: 'limits' maps config keys to [low, high], e.g. {{optim.lr: [1.0e-6, 1.0e-1]}}")
+    out = {}
+    for key, bounds in spec.items():
+        if not (isinstance(bounds, list) and len(bounds) == 2 and all(isinstance(b, (int, float)) and
+                                                                      not isinstance(b, bool) for b in bounds)
+                and bounds[0] <= bounds[1]):
+            raise UserError(f"{path}: limits.{key} must be [low, high] with low <= high, e.g. [1.0e-6, 1.0e-1]")
+        out[key] = [float(bounds[0]), float(bounds[1])]
+    return out
 
 
 def _stage(path: str, name: str, spec: Any) -> StageSpace:

@@ -47,11 +47,29 @@ def collect(study_dir: str | Path) -> list[TrialRow]:
         stage_done = state is not None and state.stage_done(stage)
         for run_dir in sorted(p for p in stage_dir.iterdir() if (p / "trial.json").is_file()):
             rows.append(trial_row(run_dir, stage_done))
+    for row in rows:
+        row["extension"] = is_extension(row, state)
     for stage in STAGES:
         best, how = best_row(rows, stage)
         if best is not None:
             best["selected"], best["selected_by"] = True, how
     return rows
+
+
+def is_extension(row: TrialRow, state: StudyState | None) -> bool:
+    """Whether the trial ran a value its grid's extension added (sptune.tune.records.bracketing)."""
+    steps = state.extensions.get(row["stage"], []) if state else []
+    return any("value" in step and row.get(step["param"]) == step["value"] for step in steps)
+
+
+def extension_lines(state: StudyState | None) -> list[str]:
+    """Each stage's grid extensions, as the table gives them."""
+    out = []
+    for stage, steps in (state.extensions if state else {}).items():
+        added = [f"{s['param']} {s['side']} to {s['value']:g}" for s in steps if "value" in s]
+        stopped = [f"{s['param']} {s['side']}: stopped at {s['stopped']}" for s in steps if "stopped" in s]
+        out.append(f"{stage} grid extension: " + "; ".join(added + stopped))
+    return out
 
 
 def trial_row(run_dir: Path, stage_done: bool) -> TrialRow:
@@ -163,6 +181,7 @@ def summary(study_dir: str | Path, rows: list[TrialRow] | None = None) -> str:
                      f"{best['best_step']:6d} {best['test_metric']:7.4f} {best['wall_seconds'] or 0:7.0f} "
                      f"{stage_cost:11.0f} {stage_flops(rows, stage):11.3g}  {how}")
     lines += _comparison(rows, state)
+    lines += extension_lines(state)
     lines += boundary.warnings({stage: best_row(rows, stage)[0] for stage in STAGES}, state.space if state else {})
     lines += where(rows)
     failed = [r for r in rows if r.get("status") == "failed"]

@@ -52,6 +52,8 @@ class StudyState:
     dir: str | None = None  # the study directory, absolute
     stage_status: dict[str, str] = field(default_factory=dict)  # stage -> "done" | "skipped: <why>"; absent: to run
     selected: Selection | None = None
+    # stage -> the grid extensions' steps: {param, side, value} run, {param, side, stopped} where a limit held
+    extensions: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     version: int = VERSION
     created: float = field(default_factory=time.time)
 

@@ -47,6 +47,7 @@ class TrialRow(TypedDict, total=False):
     init_trial: str | None
     init_step: int | None
     init_checkpoint: str | None
+    extension: bool  # it ran a value past its declared grid (sptune.tune.records.bracketing)
     # selection within its stage (results.best_row)
     selected: bool
     selected_by: str

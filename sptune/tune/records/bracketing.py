@@ -1,0 +1,115 @@
+"""Grids that bracket themselves: a stage whose selected value sits at an edge of an ordered grid runs the
+next value beyond that edge, one step of the grid's own spacing at a time, until the best is interior or a
+limit stops it.
+
+The deep learning tuning playbook asks a person to check that the best trial is not at a search-space
+boundary; Ray Tune and Optuna search the space they are given. A selected value at an edge means the grid,
+not the model, decided the comparison (issue 28 found 31 of 80 searched selections at an edge), so sptune
+extends the grid itself:
+
+    declared lr grid {1e-5, 3e-5}, best 3e-5  ->  run 9e-5 (spacing x3); best 9e-5 -> run 2.7e-4; ...
+
+Rules, for every listed numeric parameter of two or more values (a one-value grid is a fixed setting):
+- the step is the declared grid's spacing: its mean ratio when every value is positive (lr, batch size; a
+  half-decade grid 1e-4, 3e-4, 1e-3 steps by sqrt(10)), else its mean difference; integer grids stay integers;
+- the new point is the best trial's point with that one parameter moved; parameters at an edge each get one;
+- it stops at the search space's `limits:` (e.g. `optim.lr: [1.0e-6, 1.0e-1]`; lr defaults to
+  DEFAULT_LIMITS), at a value the config rejects, or after MAX_STEPS beyond the declared grid on one side;
+  the stop is recorded, and the boundary warning (sptune.tune.records.boundary) stays only there.
+
+The edge is read from the values the stage has TRIED, not from the grid study.json lists (which the
+extension updates first): a driver that died between the two runs the recorded value on its resume.
+study.json keeps every step (StudyState.extensions) and the grid with the new values, so the table, the
+boundary check and TensorBoard's HParams domains see the extended grid.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from sptune.errors import UserError
+from sptune.tune import spaces
+from sptune.tune.records import results, study_state
+from sptune.tune.records.boundary import number, numeric_grid
+from sptune.tune.records.study_state import StudyState
+
+DEFAULT_LIMITS = {"optim.lr": [1e-6, 1.0]}
+MAX_STEPS = 4  # beyond the declared grid, per parameter and side
+
+
+def extend(study_dir: Path, state: StudyState, stage: str) -> list[dict[str, Any]]:
+    """The stage's next points beyond its grid's edges (recorded in study.json), or [] when its best is
+    interior in every ordered parameter, or stopped (also recorded)."""
+    rows = [r for r in results.collect(study_dir) if r["stage"] == stage]
+    best, _ = results.best_row(rows, stage)
+    if best is None:
+        return []
+    stage_space = state.space["stages"][stage]
+    points = []
+    for key, grid in stage_space["params"].items():
+        declared = declared_grid(state, stage, key, grid)
+        if not numeric_grid(declared) or not number(best.get(key)):
+            continue
+        tried = sorted({float(r[key]) for r in rows if number(r.get(key))})
+        side = "above" if float(best[key]) == tried[-1] else "below" if float(best[key]) == tried[0] else None
+        if side is None:
+            continue
+        value, stop = next_value(key, declared, tried, side, limits(state).get(key))
+        if stop:
+            record(state, stage, {"param": key, "side": side, "stopped": stop})
+            continue
+        point = {k: best[k] for k in stage_space["params"]} | {key: value}
+        if value not in grid:
+            grid.append(value)
+            record(state, stage, {"param": key, "side": side, "value": value})
+        points.append(point)
+    study_state.save(study_dir, state)
+    return points
+
+
+def next_value(key: str, declared: list[Any], tried: list[float], side: str,
+               limit: list[float] | None) -> tuple[Any, str | None]:
+    """(the next value beyond `side` of the tried values, None) or (None, why the extension stops)."""
+    ordered = sorted(declared)
+    outer, edge = (ordered[-1], tried[-1]) if side == "above" else (ordered[0], tried[0])
+    sign = 1 if side == "above" else -1
+    if all(v > 0 for v in ordered):  # geometric: the grid's mean ratio, e.g. sqrt(10) for 1e-4, 3e-4, 1e-3
+        ratio = (ordered[-1] / ordered[0]) ** (1 / (len(ordered) - 1))
+        steps, value = round(sign * math.log(edge / outer, ratio)), edge * ratio**sign
+    else:  # arithmetic: the grid's mean difference
+        step = (ordered[-1] - ordered[0]) / (len(ordered) - 1)
+        steps, value = round(sign * (edge - outer) / step), edge + sign * step
+    if steps >= MAX_STEPS:
+        return None, f"{MAX_STEPS} steps beyond the declared grid"
+    value = round(value) if all(isinstance(v, int) for v in declared) else float(f"{value:.6g}")
+    if limit is not None and not limit[0] <= value <= limit[1]:
+        return None, f"the limit [{limit[0]:g}, {limit[1]:g}]"
+    try:
+        spaces.check_value("grid extension", key, value)
+    except UserError:
+        return None, f"{key}={value:g} is not a valid setting"
+    return value, None
+
+
+def declared_grid(state: StudyState, stage: str, key: str, grid: list[Any]) -> list[Any]:
+    """The grid as the search-space file gave it: today's grid without the values extensions added."""
+    added = {step["value"] for step in state.extensions.get(stage, []) if step["param"] == key and "value" in step}
+    return [v for v in grid if v not in added] if isinstance(grid, list) else grid
+
+
+def limits(state: StudyState) -> dict[str, list[float]]:
+    return DEFAULT_LIMITS | (state.space.get("limits") or {})
+
+
+def record(state: StudyState, stage: str, step: dict[str, Any]) -> None:
+    steps = state.extensions.setdefault(stage, [])
+    if step not in steps:
+        steps.append(step)
+
+
+def max_extra_trials(state: StudyState, stage: str) -> int:
+    """The most trials extensions can add to a stage: Tune's trial count must leave room for them."""
+    params = state.space["stages"][stage]["params"]
+    return 2 * MAX_STEPS * sum(numeric_grid(grid) for grid in params.values())

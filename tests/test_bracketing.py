@@ -1,0 +1,70 @@
+"""Grids that bracket themselves (sptune.tune.records.bracketing): the next value past the edge a stage's
+best sits at, its spacing and its limits, and a study whose lr grid sits far below the optimum extending it."""
+
+import csv
+
+import pytest
+import yaml
+from ray_fixtures import CONFIG, TINY, ray_instance  # noqa: F401 (fixture)
+
+from sptune.errors import UserError
+from sptune.tune import spaces
+from sptune.tune.engine import driver
+from sptune.tune.records import bracketing, results, studies
+
+
+@pytest.mark.parametrize("declared, tried, side, expected", [
+    ([1e-5, 3e-5], [1e-5, 3e-5], "above", 9e-5),  # the grid's ratio at that edge
+    ([1e-5, 3e-5], [1e-5, 3e-5, 9e-5], "above", 2.7e-4),  # one more step past the last tried value
+    ([1e-4, 3e-4, 1e-3], [1e-4, 3e-4, 1e-3], "below", 3.16228e-5),  # the grid's mean ratio, sqrt(10)
+    ([16, 32], [16, 32], "above", 64),  # integers stay integers
+    ([0.0, 0.1], [0.0, 0.1], "above", 0.2),  # a zero in the grid: arithmetic spacing
+])
+def test_the_next_value_steps_past_the_tried_edge_with_the_grids_spacing(declared, tried, side, expected):
+    value, stop = bracketing.next_value("optim.lr" if isinstance(expected, float) and expected < 0.1 else
+                                        "optim.batch_size" if isinstance(expected, int) else "model.dropout",
+                                        declared, tried, side, None)
+    assert stop is None and value == pytest.approx(expected) and type(value) is type(expected)
+
+
+def test_a_limit_or_the_step_count_stops_the_extension():
+    value, stop = bracketing.next_value("optim.lr", [1e-2, 3e-2], [1e-2, 3e-2], "above", [1e-6, 5e-2])
+    assert value is None and stop == "the limit [1e-06, 0.05]"
+    tried = [1e-5, 3e-5] + [3e-5 * 3**k for k in range(1, bracketing.MAX_STEPS + 1)]
+    value, stop = bracketing.next_value("optim.lr", [1e-5, 3e-5], tried, "above", None)
+    assert value is None and stop == f"{bracketing.MAX_STEPS} steps beyond the declared grid"
+    value, stop = bracketing.next_value("model.dropout", [0.5, 1.0], [0.5, 1.0], "above", None)
+    assert value is None and "not a valid setting" in stop
+
+
+@pytest.mark.parametrize("limits, words", [({"optim.lr": [1e-1, 1e-3]}, "low <= high"),
+                                           ({"optim.lr": 0.1}, "[low, high]"), ([1], "maps config keys")])
+def test_bad_limits_are_one_line_errors(limits, words):
+    data = {"stages": {"scratch": {"params": {"optim.lr": [1e-3]}}}, "limits": limits}
+    with pytest.raises(UserError, match=words.replace("[", r"\[").replace("]", r"\]")):
+        spaces.parse(data, "space.yaml")
+
+
+@pytest.mark.slow  # ~1-2 min: 1 pretraining trial, then finetune and scratch each extending their grid
+def test_a_grid_far_below_the_optimum_extends_itself_in_both_stages(tmp_path, ray_instance):  # noqa: F811
+    low = {"params": {"optim.lr": [1e-5, 3e-5], "optim.batch_size": [8]}}
+    space = {"task": "listops-mini", "model": "transformer", "num_samples": 2, "max_concurrent": 2,
+             "limits": {"optim.lr": [1e-6, 3e-4]},
+             "stages": {"pretrain": {"params": {"optim.lr": [1e-3], "optim.batch_size": [8]}},
+                        "finetune": low, "scratch": low}}
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump(space))
+    state = studies.create(str(CONFIG), [*TINY, "optim.max_steps=60", "optim.eval_every=20"], tmp_path / "study",
+                           str(tmp_path / "space.yaml"), studies.Options(extend_grids=True))
+    driver.run_study(state.dir, verbose=0)
+
+    with open(tmp_path / "study" / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    for stage in ("finetune", "scratch"):
+        mine = [r for r in rows if r["stage"] == stage]
+        above = [r for r in mine if float(r["optim.lr"]) > 3e-5]
+        assert above and all(r["extension"] == "True" for r in above), mine
+        assert all(r["status"] == "completed" for r in mine)
+        assert max(float(r["optim.lr"]) for r in mine) <= 3e-4  # the limit held
+    text = results.summary(tmp_path / "study")
+    assert "finetune grid extension: optim.lr above to 9e-05" in text
+    assert "scratch grid extension: optim.lr above to 9e-05" in text
