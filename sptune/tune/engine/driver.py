@@ -39,10 +39,10 @@ from ray.tune.search import Searcher
 from sptune import atomic, files, output, protocol
 from sptune.config import STAGES
 from sptune.tune import loggers, spaces
-from sptune.tune.engine import interrupts, mirroring, search, stopping
+from sptune.tune.engine import interrupts, mirroring, preemption, search, stopping
 from sptune.tune.engine.routing import Group, GroupCallbacks, GroupScheduler
 from sptune.tune.engine.session import ray_session
-from sptune.tune.records import journal, results, seeds, studies, study_state
+from sptune.tune.records import bracketing, journal, results, seeds, studies, study_state
 from sptune.tune.records.study_state import DONE, StudyState, stage_finished
 from sptune.tune.trials import outcomes, resources, stopped
 from sptune.tune.trials.trainable import LINEAGE_KEY, stage_trainable, trial_resources
@@ -157,15 +157,37 @@ class CellsSearcher(Searcher):
         return True
 
     def _close_if_done(self, group: str) -> None:
-        """Its last trial ended: ASHA's stopped trials get their test metric, then the stage is done."""
+        """Its last trial ended: a grid whose best sits at an edge extends (records.bracketing); else ASHA's
+        stopped trials get their test metric, then the stage is done."""
         cell, stage = group.rsplit("/", 1)
         state = self._state(cell)
         running = any(self.group_of[t] == group for t in self.live)
         if group in self.exhausted and not running and stage not in state.stage_status:
             study_dir = Path(self.cell_dirs[cell])
+            if state.options.extend_grids and self._extend(cell, stage, state):
+                return
             spec = studies.trial_spec(study_dir, state, stage)
             stopped.test_stopped(study_dir, stage, spec, frozenset(self.crashed))
             study_state.set_stage_status(study_dir, state, stage, DONE)
+
+    def _extend(self, cell: str, stage: str, state: StudyState) -> bool:
+        """Open a searcher over the stage's next points beyond its grid's edges; False when there are none.
+        Each round is its own Optuna study in the journal (the points are enqueued: they are the round)."""
+        study_dir, group = Path(self.cell_dirs[cell]), f"{cell}/{stage}"
+        points = bracketing.extend(study_dir, state, stage)
+        if not points:
+            return False
+        space = studies.stage_space(state, stage)
+        rounds = len(state.extensions[stage])
+        self.subs[group] = search.limit(
+            search.make_searcher(dataclasses.replace(space, points=points), state.options.sampler, state.options.seed,
+                                 journal=study_dir / files.OPTUNA_JOURNAL,
+                                 study_name=f"{journal.optuna_study_name(study_dir, stage)}-extension-{rounds}"),
+            state.options.max_concurrent)
+        self.remaining[group] = len(points)
+        self.exhausted.discard(group)
+        log.info("%s %s: best at a grid edge, running %s", cell, stage, points)
+        return True
 
     def _state(self, cell: str) -> StudyState:
         """Read once: re-reading every cell's study.json per suggestion would grow with the cells."""
@@ -266,7 +288,7 @@ def run_cells(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callab
         loggers.create_experiment(state.options.logger, Path(state.dir))
     placement = {key: trial_resources(studies.trial_spec(path, states[key], "scratch"))
                  for key, path in cell_dirs.items()}
-    fn = ray_tune.with_resources(ray_tune.with_parameters(cell_trainable, stage_fn=stage_fn),
+    fn = ray_tune.with_resources(ray_tune.with_parameters(preemption.unless_spent(cell_trainable), stage_fn=stage_fn),
                                  partial(trial_placement, placement))
     storage = experiment_dir / "tune"
     name = tune_run_name(storage, sorted(cell_dirs))
@@ -282,11 +304,12 @@ def run_cells(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callab
             trial_dirname_creator=_trial_name, trial_name_creator=_trial_name),
             run_config=ray_tune.RunConfig(
                 name=name, storage_path=str(storage), verbose=verbose,
-                failure_config=ray_tune.FailureConfig(max_failures=max_failures(states)),
+                # Node losses are retried without limit, other crashes max_failures times (preemption).
+                failure_config=ray_tune.FailureConfig(max_failures=preemption.tune_limit(max_failures(states))),
                 checkpoint_config=ray_tune.CheckpointConfig(num_to_keep=1),
                 # Tune's own TensorBoard logger is left out: a study's TensorBoard runs are its trials'.
                 callbacks=[stopping.StopAtStepBoundary(stop_key), mirroring.PushMirror(), JsonLoggerCallback(),
-                           CSVLoggerCallback(),
+                           CSVLoggerCallback(), preemption.NodeLossRetries(max_failures(states)),
                            GroupCallbacks(partial(group_callbacks, len(cell_dirs) == 1),
                                           groups if len(cell_dirs) == 1 else [])]))
     fit(tuner, stop_key, concurrency_bound(states), time_budget_s)
@@ -342,8 +365,9 @@ def pending_trials(count: int) -> Iterator[None]:
 
 def total_trials(states: dict[str, StudyState]) -> int:
     """Every trial any cell may run: Tune's upper bound (the searcher says FINISHED when all cells are done)."""
-    total = sum(studies.stage_trials(state, stage) for state in states.values()
-                for stage in STAGES if stage not in state.stage_status)
+    total = sum(studies.stage_trials(state, stage)
+                + (bracketing.max_extra_trials(state, stage) if state.options.extend_grids else 0)
+                for state in states.values() for stage in STAGES if stage not in state.stage_status)
     return max(total, 1)
 
 

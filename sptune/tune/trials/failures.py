@@ -7,8 +7,9 @@ Two kinds of failure:
                     config again fails the same way, so the trial ends at once with status `failed`
                     and the reason in result.json (no exception reaches Tune or Train, which would
                     retry it FailureConfig.max_failures times, Tune x Train times on the train path).
-    crash           anything else (a killed node, a bug): Tune retries the trial from its last
-                    checkpoint; when the retries are spent, sptune.tune.trials.outcomes writes Tune's error into
+    crash           anything else (a bug, a killed process): Tune retries the trial from its last
+                    checkpoint, max_failures times, and without limit when the trial lost its node
+                    (sptune.tune.engine.preemption); when the retries are spent, sptune.tune.trials.outcomes writes Tune's error into
                     the run directory (error.json), so the table shows the trial as `failed` with
                     that error, and `sptune resume --retry-failed` runs it again from its checkpoint.
 """

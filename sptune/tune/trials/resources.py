@@ -115,10 +115,11 @@ def autoscaler_node_types() -> dict[str, dict[str, Any]] | None:
     """{node type: {resources, max_workers}} the cluster's autoscaler can add; {} when it has no
     autoscaler; None when that cannot be told from here.
 
-    Autoscaler v2 publishes its config in the GCS. The default (v1) one does not, but every Ray head
-    runs a monitor process, with --autoscaling-config=<file> when it autoscales (~/ray_bootstrap_config.yaml
-    under `ray up`; `ray.init()` and a plain `ray start --head` have none); a driver on the head
-    (`ray job submit`, a local study, a test) can read its command line."""
+    The GCS holds a cluster config only where something reports one (ReportClusterConfig); neither of
+    Ray 2.60's own monitors does, v1 or v2 (`ray up`'s default), so it is read first and rarely found.
+    Every Ray head runs a monitor process, with --autoscaling-config=<file> when it autoscales
+    (~/ray_bootstrap_config.yaml under `ray up`; `ray.init()` and a plain `ray start --head` have none);
+    a driver on the head (`ray job submit`, a local study, a test) can read its command line."""
     import ray
     import ray._private.state
 
@@ -138,8 +139,12 @@ def autoscaler_node_types() -> dict[str, dict[str, Any]] | None:
             for name, spec in types.items()}
 
 
+# The monitor's script: v1's, or v2's (RAY_enable_autoscaler_v2=1, which `ray up` sets since Ray 2.50).
+MONITORS = ("autoscaler/_private/monitor.py", "autoscaler/v2/monitor.py")
+
+
 def _monitor_cmdline(gcs_address: str) -> list[str] | None:
-    """The command line of this cluster's monitor process when it runs on this machine (Linux /proc)."""
+    """The command line of this cluster's monitor process (v1 or v2) when it runs on this machine (Linux /proc)."""
     for proc in Path("/proc").glob("[0-9]*"):
         try:
             args = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
@@ -147,7 +152,7 @@ def _monitor_cmdline(gcs_address: str) -> list[str] | None:
             continue
         # By port: the host part may be another name of this machine (127.0.0.1 vs its address).
         port = gcs_address.rsplit(":", 1)[-1]
-        if any(a.endswith("autoscaler/_private/monitor.py") for a in args) and \
+        if any(a.endswith(MONITORS) for a in args) and \
                 any(a.startswith("--gcs-address=") and a.endswith(f":{port}") for a in args):
             return args
     return None

@@ -1,0 +1,168 @@
+"""Node losses retried without limit, other crashes --max-failures times (sptune.tune.engine.preemption).
+
+The classification and Tune's count, without Ray; then a study on Ray's fake multi-node provider under
+autoscaler v2 (`ray up`'s default, test_autoscaling.fake_cluster) with --max-failures 1: a pretraining
+trial whose node is killed twice completes, resumed from its checkpoint each time; one whose process is
+killed twice (its node alive) fails after its one retry, with the reason.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import ray
+from ray.tune.experiment import Trial
+from ray.tune.trainable.metadata import _TrainingRunMetadata
+from ray_fixtures import CONFIG
+from test_autoscaling import fake_cluster, kill_node, worker_raylets
+
+from sptune import atomic, files
+from sptune.tune.engine import preemption
+from sptune.tune.records import results, studies
+from sptune.tune.trials.trainable import LINEAGE_KEY
+
+
+# ----------------------------------------------------------------------------- without Ray
+@pytest.fixture
+def raylets(monkeypatch):
+    """Nodes as ray.nodes() lists them, {node id: (alive in the GCS, raylet port)}: a port of a listening
+    socket answers, a port nothing listens on refuses."""
+    listening = socket.create_server(("127.0.0.1", 0))
+    free = socket.create_server(("127.0.0.1", 0))
+    closed_port = free.getsockname()[1]
+    free.close()
+    nodes = {"live": (True, listening.getsockname()[1]), "dead": (False, closed_port),
+             "silent": (True, closed_port)}  # alive for the GCS (its health checks lag), raylet gone
+    monkeypatch.setattr(ray, "nodes", lambda: [{"NodeID": node, "Alive": alive, "NodeManagerAddress": "127.0.0.1",
+                                                "NodeManagerPort": port} for node, (alive, port) in nodes.items()])
+    yield nodes
+    listening.close()
+
+
+def write_attempts(run_dir: Path, *nodes: str) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic.write_json(run_dir / files.TRIAL, {"attempts": [{"node_id": node, "start_step": 0} for node in nodes]})
+
+
+def test_a_failure_is_a_node_loss_when_its_attempts_node_is_gone(tmp_path, raylets):
+    empty = {"failures": []}
+    for node, cause in [("dead", "node lost"), ("silent", "node lost"), ("forgotten", "node lost"), ("live", "crash")]:
+        write_attempts(tmp_path, "live", node)
+        assert preemption.classify(tmp_path, empty) == {"attempt": 2, "node_id": node, "cause": cause}
+    # A retry that failed before it recorded its attempt (its start-up crashed, on whatever node): a crash,
+    # though the attempt before it lost its node; so is a trial that never recorded one.
+    write_attempts(tmp_path, "dead")
+    assert preemption.classify(tmp_path, {"failures": [{"attempt": 1}]})["cause"] == "crash"
+    assert preemption.classify(tmp_path / "none", empty) == {"attempt": 0, "node_id": None, "cause": "crash"}
+
+
+def test_tune_retries_node_losses_without_limit_and_crashes_max_failures_times(tmp_path, raylets, monkeypatch):
+    """Tune's own retry rule (Trial.should_recover) on the count the callback leaves, --max-failures 1."""
+    config = {LINEAGE_KEY: {"study_dir": str(tmp_path), "stage": "pretrain"}, "optim.lr": 0.001}
+    run_dir = preemption.run_dir_of(config, "t1")
+    error = tmp_path / "error.txt"
+    trial = SimpleNamespace(trial_id="t1", config=config, run_metadata=_TrainingRunMetadata(),
+                            max_failures=preemption.tune_limit(1), error_file=str(error))
+    callback = preemption.NodeLossRetries(max_failures=1)
+
+    def fail(node: str, message: str) -> bool:
+        """A failure of the attempt on `node`, as TuneController._process_trial_failure handles it."""
+        write_attempts(run_dir, *[f["node_id"] for f in files.read_json(run_dir / preemption.RETRIES)["failures"]]
+                       if (run_dir / preemption.RETRIES).is_file() else [], node)
+        error.write_text(f"Failure # n\n{message}\n")
+        trial.run_metadata.num_failures += 1  # Tune counts every failure but a drained node's
+        if not Trial.should_recover(trial):
+            return False
+        callback.on_trial_recover(0, [], trial)
+        return True
+
+    for node in ["dead", "silent", "dead", "silent"]:  # more node losses than any limit
+        assert fail(node, "ActorUnavailableError: Socket closed") and trial.run_metadata.num_failures == 0
+    assert fail("live", "RuntimeError: first") and trial.run_metadata.num_failures == 1
+    assert "spent" not in files.read_json(run_dir / preemption.RETRIES)
+    assert fail("dead", "ActorUnavailableError: Socket closed")  # after the crash retries are spent, too
+    assert fail("live", "RuntimeError: second")
+    record = files.read_json(run_dir / preemption.RETRIES)
+    assert [f["cause"] for f in record["failures"]] == ["node lost"] * 4 + ["crash", "node lost", "crash"]
+    assert record["spent"] == "crashed 2 times, more than --max-failures 1; the last: RuntimeError: second"
+
+    # The spent trial's retry fails at once, so Tune ends it (its count passes Tune's limit); the mark is
+    # consumed: a resume runs the trial again.
+    monkeypatch.setattr(ray.tune, "get_context", lambda: SimpleNamespace(get_trial_id=lambda: "t1"))
+    run = preemption.unless_spent(lambda config, **kwargs: "trained")
+    with pytest.raises(preemption.RetriesSpent, match="crashed 2 times"):
+        run(config)
+    trial.run_metadata.num_failures += 1
+    assert not Trial.should_recover(trial)
+    assert run(config) == "trained"
+
+
+# ----------------------------------------------------------------------------- on a fake multi-node cluster
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with fake_cluster(tmp_path_factory.mktemp("cluster"), v2=True) as running:
+        yield running
+
+
+def study_killing_a_trial_twice(cluster, study_dir: Path, kill) -> tuple[subprocess.CompletedProcess, list]:
+    """A smoke study (pretraining 40 steps, an eval every 4) with --max-failures 1, GPU trials on the fake GPU
+    workers; `kill(attempt)` ends the first pretraining trial's attempt at step >= 12, and its retry once it
+    has made two evals of its own. Returns the finished study and [(run dir, node, step)] of the kills."""
+    study = subprocess.Popen(
+        [sys.executable, "-m", "sptune.cli", "study", str(CONFIG), "--smoke", "--quiet", "--dir", str(study_dir),
+         "--address", cluster.address, "--cpus-per-worker", "1", "--gpus-per-worker", "1", "--max-failures", "1",
+         "run.device=cpu", "pretrain.optim.max_steps=40"],
+        env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    kills, deadline = [], time.monotonic() + 300
+    while study.poll() is None and time.monotonic() < deadline:
+        run_dirs = sorted((study_dir / "pretrain").glob("pretrain-*"))
+        run_dir = kills[0][0] if kills else next((d for d in run_dirs if (d / files.PROGRESS).is_file()), None)
+        if run_dir is not None and len(kills) < 2 and (run_dir / files.PROGRESS).is_file():
+            attempts = files.read_json(run_dir / files.TRIAL)["attempts"]
+            step = files.read_json(run_dir / files.PROGRESS)["step"]
+            if len(attempts) == len(kills) + 1 and step >= max(12, attempts[-1]["start_step"] + 8):
+                kill(attempts[-1])
+                kills.append((run_dir, attempts[-1]["node_id"], step))
+        time.sleep(0.2)
+    output = study.communicate(timeout=60)[0]
+    assert len(kills) == 2, output[-4000:]
+    return subprocess.CompletedProcess(study.args, study.returncode, output), kills
+
+
+@pytest.mark.slow
+def test_a_trial_losing_its_node_twice_completes_from_its_checkpoints(cluster, tmp_path):
+    proc, kills = study_killing_a_trial_twice(
+        cluster, tmp_path / "study", lambda attempt: kill_node(worker_raylets(cluster.tag)[attempt["node_id"]]))
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    rows = results.collect(tmp_path / "study")
+    assert len(rows) == 3 * studies.SMOKE_SAMPLES and all(r["status"] == "completed" for r in rows), proc.stdout[-3000:]
+
+    (run_dir, first_node, first_step), (_, second_node, second_step) = kills
+    attempts = files.read_json(run_dir / files.TRIAL)["attempts"]
+    assert [a["node_id"] for a in attempts[:2]] == [first_node, second_node]
+    assert len(attempts) == 3 and attempts[2]["node_id"] not in (first_node, second_node)
+    # Each retry continued from the last checkpoint of the attempt before, not from step 0.
+    assert 0 < first_step <= attempts[1]["start_step"] < second_step <= attempts[2]["start_step"]
+    assert [h["step"] for h in files.read_json(run_dir / files.RESULT)["history"]] == list(range(4, 41, 4))
+    record = files.read_json(run_dir / preemption.RETRIES)
+    assert [(f["node_id"], f["cause"]) for f in record["failures"]] == [(first_node, "node lost"),
+                                                                        (second_node, "node lost")]
+
+
+@pytest.mark.slow
+def test_a_trial_crashing_twice_on_live_nodes_fails_after_its_one_retry(cluster, tmp_path):
+    proc, kills = study_killing_a_trial_twice(cluster, tmp_path / "study",
+                                              lambda attempt: os.kill(attempt["pid"], signal.SIGKILL))
+    assert proc.returncode == 0, proc.stdout[-4000:]  # the study ends; the trial is a failed row
+    run_dir = kills[0][0]
+    rows = {Path(r["run_dir"]): r for r in results.collect(tmp_path / "study")}
+    assert rows[run_dir]["status"] == "failed" and rows[run_dir]["attempts"] == 2
+    assert "crashed 2 times, more than --max-failures 1" in rows[run_dir]["reason"]
+    assert all(r["status"] == "completed" for path, r in rows.items() if path != run_dir)
+    assert [f["cause"] for f in files.read_json(run_dir / preemption.RETRIES)["failures"]] == ["crash", "crash"]
