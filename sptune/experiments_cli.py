@@ -116,8 +116,7 @@ def print_budget(plan: Plan, options: search_options.Options, args: argparse.Nam
 
     stages = [stage for cell in plan.cells for stage in cell_budget(cell, plan.backend, options)]
     title = f"plan of {plan.experiment}: {len(plan.cells)} cells, backend {plan.backend}; nothing trains"
-    for line in budget.format_budget(title, stages, budget.node_flops_per_s(args.seconds), args.gpu,
-                                     args.utilization):
+    for line in budget.plan_lines(title, stages, args.seconds, args.gpu, args.utilization):
         print(line)
 
 

@@ -20,8 +20,10 @@ ENDS = {
     "ray_overhead.py": "trial start latency",
     "driver_scale.py": "resume",
     "experiment_utilization.py": "slot utilization",
+    "plan_accuracy.py": "plan / measured device-seconds",
+    "interval_coverage.py": "lowest coverage:",
 }
-STARTS_RAY = {"ray_overhead.py", "driver_scale.py", "experiment_utilization.py"}
+STARTS_RAY = {"ray_overhead.py", "driver_scale.py", "experiment_utilization.py", "plan_accuracy.py"}
 
 
 def test_every_benchmark_is_listed():

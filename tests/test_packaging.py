@@ -80,3 +80,23 @@ def test_search_spaces_are_package_data_of_a_wheel_and_an_editable_install(tmp_p
     pip("install", "--no-deps", "--no-build-isolation", "--target", str(site), "-e", str(src), cwd=tmp_path)
     found, installed = probe(str(env / "bin" / "python"), elsewhere, None)
     assert installed == src / "search_spaces" and found == installed / "listops-mini" / "transformer.yaml"
+
+
+@pytest.mark.slow  # ~30 s: a wheel build and install, then a study script's plan (Ray imported, models built)
+def test_a_study_script_plans_from_an_installed_wheel(tmp_path):
+    """A cluster image holds a `pip install .`, not a checkout: a study script copied out of the checkout
+    plans its cells from the installed package alone (its configs, search spaces and tasks' embedded data)."""
+    src, elsewhere = source_copy(tmp_path), tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    pip("wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "wheel"), str(src), cwd=tmp_path)
+    pip("install", "--no-deps", "--target", str(tmp_path / "site"), str(next((tmp_path / "wheel").glob("*.whl"))),
+        cwd=tmp_path)
+    shutil.rmtree(src)  # nothing to fall back on
+    script = shutil.copy(REPO / "studies" / "architectures.py", elsewhere)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(elsewhere), "PYTHONPATH": str(tmp_path / "site"),
+           "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, script, "--plan", "--dir", str(elsewhere / "study")], cwd=elsewhere,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "device-hours" in proc.stdout and "total" in proc.stdout
+    assert not (elsewhere / "study").exists()  # a plan trains nothing and writes nothing

@@ -6,6 +6,8 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+import yaml
 
 from sptune import budget, config, train
 from sptune.cli import main
@@ -47,18 +49,72 @@ def test_totals_are_sums_and_flops_scale_with_steps():
         assert (p.steps, q.steps) == (40, 80)
         assert q.train_flops == pytest.approx(2 * p.train_flops)  # training cost is linear in the steps
         assert q.eval_flops > p.eval_flops  # twice the validation passes, the same single test pass
-    lines = budget.format_budget("t", short, (1e9, "test node"))
+    lines = budget.format_budget("t", short, (7200.0, "this node (test)"))
     total = next(line for line in lines if line.startswith("total")).split()
     assert int(total[1]) == sum(p.trials for p in short)
     assert float(total[2]) == pytest.approx(sum(p.train_flops for p in short) / 1e15, rel=1e-3)
-    assert f"{sum(p.flops for p in short) / 1e9 / 3600:.4g} device-hours" in lines[len(short) + 3]
+    assert lines[len(short) + 3] == "this node (test): 2 device-hours"
 
 
-def test_gpu_hours_use_the_peak_of_each_stages_precision():
-    stage = budget.StageBudget("", "scratch", 1, "bf16", 10, 3.6e15 * 312 * 0.4, 0.0)
-    lines = budget.format_budget("t", [stage, budget.StageBudget("", "pretrain", 1, "fp32", 10, 3.6e15 * 19.5 * 0.4,
-                                                                 0.0)], (1e9, "node"), "a100", 0.4)
-    assert any(line.startswith("a100") and line.endswith(": 2 device-hours") for line in lines)
+def test_gpu_hours_use_the_utilization_measured_for_each_stages_precision():
+    # An hour of each precision at the measured fractions of the a100's peaks (bf16 312, fp32 19.5 TFLOP/s).
+    stages = [budget.StageBudget("", "scratch", 1, "bf16", 10, 3.6e15 * 312 * 0.27, 0.0),
+              budget.StageBudget("", "pretrain", 1, "fp32", 10, 3.6e15 * 19.5 * 0.7, 0.0)]
+
+    def gpu_line(*utilization):
+        return next(line for line in budget.format_budget("t", stages, (0.0, "node"), "a100", *utilization)
+                    if line.startswith("a100"))
+
+    line = gpu_line()
+    assert line.endswith(": 2 device-hours")
+    assert "utilization fp32 70%, bf16 27% (measured on an H100, ListOps Transformer, see docs/benchmarks.md)" in line
+    line = gpu_line(0.4)
+    assert line.endswith(f": {0.27 / 0.4 + 0.7 / 0.4:.4g} device-hours") and "x 40% utilization (--utilization)" in line
+
+
+def test_this_node_times_each_grid_points_own_model_with_the_trials_threads():
+    """A stage's grid points share a timing when only lr differs and are timed apart at each batch size;
+    the timing runs with a trial's torch threads (one per reserved CPU) and leaves the caller's threads and
+    random stream as they were."""
+    state = studies.resolve("configs/shapes_tiny_transformer.yaml", [*TINY, "optim.max_steps=8"], check_rungs=False)
+    state.space["stages"]["scratch"].update(params={"optim.lr": [1e-3, 1e-4], "optim.batch_size": [8, 16]}, points=[])
+    scratch = budget.study_budget(state, stages=("scratch",))[0]
+    assert len(scratch.points) == 4 and len({p.key for p in scratch.points}) == 2
+    assert sum(p.train_flops for p in scratch.points) == pytest.approx(scratch.train_flops)
+    threads, rng = torch.get_num_threads(), torch.get_rng_state()
+    seconds, what = budget.node_seconds([scratch], 0.05)
+    assert torch.get_num_threads() == threads and torch.equal(torch.get_rng_state(), rng)
+    assert seconds > 0 and what.startswith("this node (cpu, 1 thread): timed ")
+    assert "evaluation batches of each stage's model (2 models, each after a warm-up step and batch" in what
+    timed = {key: budget.time_model(key, "scratch", 0.05) for key in {p.key for p in scratch.points}}
+    assert seconds == pytest.approx(sum(p.train_flops / timed[p.key].train_flops_per_s +
+                                        p.eval_flops / timed[p.key].eval_flops_per_s for p in scratch.points))
+
+
+def test_a_long_step_is_extrapolated_from_steps_of_fewer_examples(monkeypatch):
+    """Where a whole batch's step would take longer than --seconds, steps of 1 and of b examples are timed
+    and the step's time is extrapolated along the line through them: 1 s per step + 0.5 s per example here."""
+    monkeypatch.setattr(budget, "time_steps", lambda batch, model, trained, seconds: (1, 1.0 + 0.5 * batch))
+    assert budget.step_seconds(lambda batch: batch, None, None, 32, 3.0) == (1, 1.0 + 0.5 * 32, 2)
+    assert budget.step_seconds(lambda batch: batch, None, None, 4, 100.0) == (1, 1.0 + 0.5 * 4, 4)  # timed whole
+
+
+@pytest.mark.parametrize("instance, gpu", [("g5.xlarge", "a10g"), ("p4de.24xlarge", "a100"), ("p5.48xlarge", "h100")])
+def test_the_default_gpu_is_cluster_yamls_worker_gpu(tmp_path, instance, gpu):
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump({"head_node_type": "head", "available_node_types": {
+        "head": {"node_config": {"InstanceType": "m5.2xlarge"}},
+        "gpu_worker": {"node_config": {"InstanceType": instance}}}}))
+    assert budget.default_gpu((tmp_path / "absent.yaml", path)) == (
+        gpu, f"from cluster.yaml's worker InstanceType {instance}")
+
+
+def test_without_a_cluster_gpu_the_default_is_a100_and_says_why(tmp_path):
+    assert budget.default_gpu((tmp_path / "cluster.yaml",)) == ("a100", "default: no cluster.yaml found")
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump({"available_node_types": {"cpu": {"node_config": {"InstanceType": "m5.large"}}}}))
+    assert budget.default_gpu((path,)) == (
+        "a100", "default: no GPU known for cluster.yaml's worker InstanceType (m5.large)")
 
 
 def test_sptune_plan_prints_every_stage_and_makes_no_directory(tmp_path, capsys, monkeypatch):
@@ -67,8 +123,16 @@ def test_sptune_plan_prints_every_stage_and_makes_no_directory(tmp_path, capsys,
                  "--gpu", "h100"]) == 0
     out = capsys.readouterr().out
     assert [line.split()[0] for line in out.splitlines()[2:6]] == ["pretrain", "finetune", "scratch", "total"]
-    assert "this node (" in out and "h100 (" in out
+    assert "this node (cpu, 1 thread): timed " in out and "h100 (--gpu; peak TFLOP/s" in out
     assert list(tmp_path.iterdir()) == []
+
+
+def test_sptune_plan_reads_the_gpu_of_the_working_directorys_cluster_yaml(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump({"available_node_types": {
+        "gpu_worker": {"node_config": {"InstanceType": "p5.48xlarge"}}}}))
+    assert main(["plan", str(ROOT / "configs" / "shapes_tiny_transformer.yaml"), *TINY, "--seconds", "0.05"]) == 0
+    assert "\nh100 (from cluster.yaml's worker InstanceType p5.48xlarge; " in capsys.readouterr().out
 
 
 def test_a_stage_whose_data_is_missing_is_shown_unknown_with_the_reason(offline_roots, capsys):
@@ -79,9 +143,11 @@ def test_a_stage_whose_data_is_missing_is_shown_unknown_with_the_reason(offline_
 
 @pytest.mark.parametrize("args, words", [(["configs/nope.yaml"], "does not exist"),
                                          (["configs/shapes_tiny_transformer.yaml", "--utilization", "2"],
-                                          "--utilization 2.0 must be in (0, 1]")])
+                                          "--utilization 2.0 must be in (0, 1]"),
+                                         (["configs/shapes_tiny_transformer.yaml", "--seconds", "0"],
+                                          "--seconds 0.0 must be > 0")])
 def test_bad_input_is_one_line_and_exit_2(args, words, capsys):
-    assert main(["plan", *args, "--seconds", "0.1"]) == 2
+    assert main(["plan", "--seconds", "0.1", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert words in err and len(err.splitlines()) == 1
 
