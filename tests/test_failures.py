@@ -140,10 +140,12 @@ def test_oom_is_final_and_a_crash_is_failed_then_retried_from_its_checkpoint(tmp
     state.stage_status = {"pretrain": "skipped: test", "finetune": "skipped: test", "scratch": "done"}
     study_state.save(study_dir, state)
     (row,) = results.collect(study_dir)
-    assert row["status"] == "failed" and row["reason"] == "RuntimeError: injected crash" and row["steps"] >= 20
+    assert row["status"] == "failed" and "RuntimeError: injected crash" in row["reason"] and row["steps"] >= 20
+    assert "more than --max-failures 0" in row["reason"]  # spent: the retries --max-failures allows
     assert "failed: scratch" in results.summary(study_dir) and "injected crash" in results.summary(study_dir)
     results.write_csv([row], study_dir / "results.csv")
-    assert ",failed,RuntimeError: injected crash," in (study_dir / "results.csv").read_text()
+    assert ',failed,"sptune.tune.engine.preemption.RetriesSpent: crashed 1 times, more than --max-failures 0; ' \
+           'the last: RuntimeError: injected crash",' in (study_dir / "results.csv").read_text()
     assert hparams_status(row["run_dir"]) == "failure"
 
     # A plain resume leaves a finished stage alone; --retry-failed reruns the crash from its checkpoint.

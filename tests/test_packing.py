@@ -6,7 +6,6 @@ import json
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,7 +16,7 @@ from sptune.errors import UserError
 from sptune.tune import spaces
 from sptune.tune.options import Options
 from sptune.tune.records import studies
-from sptune.tune.trials import failures, resources, trainable
+from sptune.tune.trials import resources, trainable
 
 GIB = 2**30
 
@@ -97,29 +96,43 @@ def test_a_trial_outgrowing_its_share_fails_at_once(tmp_path, monkeypatch, share
     assert json.loads((tmp_path / "run" / "result.json").read_text())["reason"] == result["reason"]
 
 
-def test_a_whole_gpu_out_of_memory_fails_at_once_uncapped(tmp_path, monkeypatch, shared_gpu):
+@pytest.mark.parametrize("share", [1.0, 0.0], ids=["whole GPU", "no GPU"])
+def test_an_unshared_out_of_memory_fails_at_once_uncapped(tmp_path, monkeypatch, shared_gpu, share):
     oom(monkeypatch)
-    result = guarded(tmp_path, 1.0)
+    result = guarded(tmp_path, share)
     assert result["status"] == "failed" and "CUDA out of memory" in result["reason"]
-    assert shared_gpu["cap"] is None
+    assert "--trials-per-gpu" not in result["reason"] and shared_gpu["cap"] is None
 
 
 PACKED_STUDY = """
 import json, sys, time
-from pathlib import Path
 import ray
-from sptune import api
+from sptune.tune.engine import driver
+from sptune.tune.options import Options
+from sptune.tune.records import studies
+from sptune.tune.trials import trainable
+
+def all_four_at_once(params, spec):
+    # A scratch trial trains only once all four have started: the study ends only if they run together.
+    if spec.stage == "scratch":
+        (Path(spec.study_dir) / f"started-{params['optim.lr']}").touch()
+    deadline = time.monotonic() + 120
+    while spec.stage == "scratch" and len(list(Path(spec.study_dir).glob("started-*"))) < 4:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the four scratch trials never ran at once")
+        time.sleep(0.2)
+    trainable.stage_trainable(params, spec)
 
 # A fake 4-CPU, 1-GPU node: Ray hands out the GPU count; the trials train on CPU (run.device=cpu).
 ray.init(num_cpus=4, num_gpus=1, log_to_driver=False, logging_level="WARNING")
-study = Path(sys.argv[1])
-study_dir = api.run_study(sys.argv[2], json.loads(sys.argv[3]), study, search_space=sys.argv[4],
-                          trials_per_gpu=4, output="quiet")
-print(json.dumps(json.loads((study_dir / "study.json").read_text())["options"]))
+state = studies.create(sys.argv[2], json.loads(sys.argv[3]), Path(sys.argv[1]), sys.argv[4],
+                       Options(trials_per_gpu=4, max_failures=0))
+driver.run_study(state.dir, verbose=0, trainable=all_four_at_once)
+print(json.dumps(json.loads((Path(state.dir) / "study.json").read_text())["options"]))
 """
 
 
-@pytest.mark.slow  # ~1 min: its own Ray instance (fake resources), 4 tiny trials at once on 2 cores
+@pytest.mark.slow  # ~40 s: its own Ray instance (fake resources), 4 tiny trials at once on 2 cores
 def test_four_trials_share_a_fake_gpu_at_once(tmp_path):
     space = tmp_path / "space.yaml"
     grid = {"params": {"optim.lr": [1e-3, 2e-3, 3e-3, 4e-3]}}
@@ -127,16 +140,12 @@ def test_four_trials_share_a_fake_gpu_at_once(tmp_path):
                                  "max_concurrent": 4, "resources": {"cpus_per_worker": 4},
                                  "stages": {"pretrain": {"params": {"optim.lr": [1e-3]}}, "finetune":
                                             {"params": {"optim.lr": [1e-3]}}, "scratch": grid}}))
-    overrides = [*TINY, "run.device=cpu", "optim.max_steps=16"]
+    overrides = [*TINY, "run.device=cpu"]
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(PACKED_STUDY), str(tmp_path / "study"), str(CONFIG),
                            json.dumps(overrides), str(space)], capture_output=True, text=True, timeout=600,
                           env=sptune_env())
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     options = json.loads(proc.stdout.strip().splitlines()[-1])
     assert options["gpus_per_worker"] == 0.25 and options["cpus_per_worker"] == 1  # 4 CPUs / 4 slots
-    spans = []
-    for trial in sorted((tmp_path / "study" / "scratch").glob("*/trial.json")):
-        record = json.loads(trial.read_text())
-        spans.append((record["attempts"][0]["started"], (trial.parent / "result.json").stat().st_mtime))
-    assert len(spans) == 4
-    assert max(start for start, _ in spans) < min(end for _, end in spans)  # all four ran at once
+    results = [json.loads(p.read_text()) for p in (tmp_path / "study" / "scratch").glob("*/result.json")]
+    assert len(results) == 4 and all(r["status"] == "completed" for r in results)  # they ran together

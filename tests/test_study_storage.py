@@ -28,7 +28,7 @@ CONFIG = {
     "task": {"name": "listops-mini", "max_val_examples": 32},
     "model": {"name": "transformer", "d_model": 16, "n_layers": 1, "n_heads": 2, "d_ff": 16},
     "optim": {"batch_size": 8, "max_steps": 8, "eval_every": 4, "warmup_steps": 0},
-    "stages": {"pretrain": {"optim": {"max_steps": 200, "eval_every": 10}}},  # long enough to be caught mid-way
+    "stages": {"pretrain": {"optim": {"max_steps": 120, "eval_every": 10}}},  # long enough to be caught mid-way
 }
 SPACE = {"task": "listops-mini", "model": "transformer", "num_samples": 1, "max_concurrent": 1,
          "stages": {stage: {"params": {"optim.lr": [1e-3], "optim.batch_size": [8]}}

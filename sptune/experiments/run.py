@@ -60,7 +60,8 @@ def plain_rows(cell: Cell, cell_dir: Path) -> list[dict[str, Any]]:
         cfg = load_config(cell_dir / stage / files.CONFIG)
         rows.append({"stage": stage, "trial_id": "plain", "selected": True, "selected_by": "no search",
                      "devices": 1, "optim.lr": cfg.optim.lr, "optim.batch_size": cfg.optim.batch_size,
-                     **{k: result.get(k) for k in results.RESULT_KEYS}, "run_dir": str(cell_dir / stage)})
+                     **{k: result.get(k) for k in results.RESULT_KEYS}, "device": results.device_name(result),
+                     "run_dir": str(cell_dir / stage)})
     return rows
 
 

@@ -90,7 +90,7 @@ def trial_row(run_dir: Path, stage_done: bool) -> TrialRow:
     }
     if result is not None:
         row.update({key: result.get(key) for key in RESULT_KEYS})
-        row["device"] = (result.get("provenance") or {}).get("device_name")
+        row["device"] = device_name(result)
     else:
         # Crashed after its last retry (Tune's error, sptune.tune.trials.failures), stopped early (ASHA) or
         # still to be resumed: the latest eval is all there is.
@@ -103,6 +103,11 @@ def trial_row(run_dir: Path, stage_done: bool) -> TrialRow:
     if row.get("train_seconds") is not None:
         row["device_seconds"] = device_seconds(row)
     return row
+
+
+def device_name(result: dict[str, Any]) -> str | None:
+    """The device a finished run trained on (result.json's provenance; None before provenance was kept)."""
+    return (result.get("provenance") or {}).get("device_name")
 
 
 def run_result(row: TrialRow | None) -> dict[str, Any] | None:

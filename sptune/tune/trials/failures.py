@@ -37,12 +37,13 @@ def deterministic_reason(exc: BaseException, gpu_share: float = 1.0) -> str | No
         return str(exc)  # the same file fails every retry; the message names it and the fix
     if isinstance(exc, torch.OutOfMemoryError):
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "out of memory"
-        if gpu_share < 1 and not over_its_share(exc, gpu_share):
+        shared = 0 < gpu_share < 1  # 0: a CPU trial; 1: a whole GPU
+        if shared and not over_its_share(exc, gpu_share):
             log.warning("CUDA out of memory below this trial's %.3g of the GPU: a neighbouring trial's memory; "
                         "retried from its checkpoint (%s)", gpu_share, first[:160])
             return None
         return (f"CUDA out of memory ({first[:160]}): lower optim.batch_size or the model size, or use "
-                f"run.precision=bf16" + (", or pack fewer --trials-per-gpu" if gpu_share < 1 else ""))
+                f"run.precision=bf16" + (", or pack fewer --trials-per-gpu" if shared else ""))
     return None
 
 
