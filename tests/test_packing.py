@@ -123,8 +123,9 @@ def all_four_at_once(params, spec):
         time.sleep(0.2)
     trainable.stage_trainable(params, spec)
 
-# A fake 4-CPU, 1-GPU node: Ray hands out the GPU count; the trials train on CPU (run.device=cpu).
-ray.init(num_cpus=4, num_gpus=1, log_to_driver=False, logging_level="WARNING")
+# A fake 4-CPU, 1-GPU node: Ray hands out the GPU count; the trials train on CPU (run.device=cpu). "local":
+# a new instance with these resources, never a cluster another test started with `ray start`.
+ray.init(address="local", num_cpus=4, num_gpus=1, log_to_driver=False, logging_level="WARNING")
 state = studies.create(sys.argv[2], json.loads(sys.argv[3]), Path(sys.argv[1]), sys.argv[4],
                        Options(trials_per_gpu=4, max_failures=0))
 driver.run_study(state.dir, verbose=0, trainable=all_four_at_once)
