@@ -106,6 +106,7 @@ def test_an_unshared_out_of_memory_fails_at_once_uncapped(tmp_path, monkeypatch,
 
 PACKED_STUDY = """
 import json, sys, time
+from pathlib import Path
 import ray
 from sptune.tune.engine import driver
 from sptune.tune.options import Options
