@@ -92,7 +92,7 @@ def pull(uri: str, local: str | Path | None = None) -> Path:
     if target.exists() and any(target.iterdir()):
         raise UserError(f"{target} already exists; resume it with `sptune resume {target}`, or move it away to "
                         f"pull {uri} again")
-    for relative, info in sorted(listing.items()):
+    for relative in sorted(listing):
         destination = target / relative
         destination.parent.mkdir(parents=True, exist_ok=True)
         _copy(fs, f"{path}/{relative}", _local_fs(), str(destination))
