@@ -8,6 +8,7 @@ results must equal an uninterrupted study's, trial for trial, and pretraining mu
 checkpoint the mirror carried, not from step 0.
 """
 
+import json
 import os
 import shutil
 import signal
@@ -28,7 +29,7 @@ CONFIG = {
     "task": {"name": "listops-mini", "max_val_examples": 32},
     "model": {"name": "transformer", "d_model": 16, "n_layers": 1, "n_heads": 2, "d_ff": 16},
     "optim": {"batch_size": 8, "max_steps": 8, "eval_every": 4, "warmup_steps": 0},
-    "stages": {"pretrain": {"optim": {"max_steps": 120, "eval_every": 10}}},  # long enough to be caught mid-way
+    "stages": {"pretrain": {"optim": {"max_steps": 400, "eval_every": 10}}},  # ~10 s: long enough to catch mid-way
 }
 SPACE = {"task": "listops-mini", "model": "transformer", "num_samples": 1, "max_concurrent": 1,
          "stages": {stage: {"params": {"optim.lr": [1e-3], "optim.batch_size": [8]}}
@@ -60,9 +61,12 @@ def sptune(env, *args):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
-def finished(proc, timeout=420):
+def finished(proc, timeout=420, study_dir=None):
+    """The command's output once it exited 0; else a failure showing its output and the study log's end."""
     out = proc.communicate(timeout=timeout)[0]
-    assert proc.returncode == 0, out[-4000:]
+    log = study_dir / files.STUDY_LOG if study_dir else None
+    tail = "\nstudy.log:\n" + log.read_text()[-5000:] if log and log.is_file() else ""
+    assert proc.returncode == 0, out[-3000:] + tail
     return out
 
 
@@ -70,22 +74,32 @@ def table(study_dir):
     return sorted(tuple(row.get(key) for key in COMPARED) for row in results.collect(study_dir))
 
 
-def wait_for_midway(study_dir, proc, timeout=300):
-    """Until scratch has finished and pretraining has a checkpoint past step 20 but no result."""
+def wait_for_midway(study_dir, proc, env, uri, timeout=300):
+    """Until the storage holds a finished scratch trial and a pretraining checkpoint past step 20 whose
+    trial has no result yet; returns the pretraining run's name."""
+    import boto3
+
+    bucket, prefix = uri[len("s3://"):].split("/", 1)
+    client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id="test",
+                          aws_secret_access_key="test", region_name="us-east-1")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.stdout.read()[-3000:]
-        scratch_done = list(study_dir.glob("scratch/*/result.json"))
-        pretraining = [p.parent for p in study_dir.glob("pretrain/*/progress.json")
-                       if not (p.parent / "result.json").exists() and files.read_json(p)["step"] >= 20]
-        if scratch_done and pretraining:
-            time.sleep(2)  # past SPTUNE_MIRROR_SECONDS: a push after the checkpoint
-            return pretraining[0].name
+        stored = {item["Key"][len(prefix) + 1:] for page in client.get_paginator("list_objects_v2").paginate(
+            Bucket=bucket, Prefix=prefix) for item in page.get("Contents", [])}
+        scratch_done = any(key.startswith("scratch/") and key.endswith("/result.json") for key in stored)
+        for key in stored:
+            stage, name, leaf = (key.split("/") + ["", ""])[:3]
+            unfinished = f"pretrain/{name}/result.json" not in stored
+            if (stage, leaf) == ("pretrain", files.PROGRESS) and scratch_done and unfinished:
+                progress = json.loads(client.get_object(Bucket=bucket, Key=f"{prefix}/{key}")["Body"].read())
+                if progress["step"] >= 20:
+                    return name
         time.sleep(0.2)
-    raise AssertionError("the study never had a finished trial beside a checkpointed, unfinished pretraining")
+    raise AssertionError("the storage never held a finished trial beside a checkpointed, unfinished pretraining")
 
 
-@pytest.mark.slow  # ~2 min: a reference study, a study killed mid-way, its resume
+@pytest.mark.slow  # ~1 min: a reference study, a study killed mid-way, its resume
 def test_a_study_resumed_from_s3_after_its_head_is_gone_ends_as_an_uninterrupted_one(tmp_path, s3, monkeypatch):
     config, space = tmp_path / "config.yaml", tmp_path / "space.yaml"
     config.write_text(yaml.safe_dump(CONFIG))
@@ -96,13 +110,13 @@ def test_a_study_resumed_from_s3_after_its_head_is_gone_ends_as_an_uninterrupted
     tag = session.ray_tag(study_dir)
     driver = sptune(s3, "study", config, "--search-space", space, "--dir", study_dir, "--storage", uri, "--quiet")
     try:
-        pretraining = wait_for_midway(study_dir, driver)
+        pretraining = wait_for_midway(study_dir, driver, s3, f"{uri}/study")
         os.killpg(driver.pid, signal.SIGKILL)  # the head is lost: driver, Ray and trials at once
         driver.wait(timeout=60)
         session.stop_processes(session.ray_processes(tag))
         shutil.rmtree(tmp_path / "head")  # and its disk
 
-        out = finished(sptune(s3, "resume", f"{uri}/study", "--quiet"))
+        out = finished(sptune(s3, "resume", f"{uri}/study", "--quiet"), study_dir=study_dir)
         assert results.RULE in out and study_dir.is_dir()
     finally:
         if driver.poll() is None:
