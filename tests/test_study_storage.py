@@ -187,6 +187,32 @@ def test_tune_state_is_uploaded_as_it_was_before_the_run_directories(tmp_path, a
     assert remote_files(uri)["tune/run/experiment_state.json"] == b"trial running"
 
 
+def test_tune_state_read_while_tune_writes_it_is_read_again(tmp_path, aws, monkeypatch):
+    """Tune writes its trial list, then its searcher: a read between the two writes is torn, and not pushed."""
+    folder = tmp_path / "study"
+    run = folder / "tune" / "run"
+    run.mkdir(parents=True)
+    (run / "experiment_state.json").write_text("snapshot 1")
+    (run / "searcher-state.pkl").write_text("snapshot 1")
+    uri = storage.attach(folder, "s3://studies/team")
+    read = storage.Mirror._read_tune_state
+    calls = []
+
+    def tune_writing_meanwhile(self):
+        calls.append(1)
+        if len(calls) == 1:  # Tune's next snapshot lands while this read runs: the list read before it, the
+            state = read(self)  # searcher after it
+            (run / "experiment_state.json").write_text("snapshot 2")
+            (run / "searcher-state.pkl").write_text("snapshot 2")
+            return {**state, "tune/run/searcher-state.pkl": b"snapshot 2"}
+        return read(self)
+
+    monkeypatch.setattr(storage.Mirror, "_read_tune_state", tune_writing_meanwhile)
+    storage.mirror_of(folder).push()
+    stored = remote_files(uri)
+    assert stored["tune/run/experiment_state.json"] == stored["tune/run/searcher-state.pkl"] == b"snapshot 2"
+
+
 @pytest.mark.parametrize("uri, words", [("/tmp/x", "not an object-storage URI"),
                                         ("s3://no-such-bucket/x", "cannot open storage")])
 def test_a_bad_storage_is_a_one_line_error_before_anything_is_made(tmp_path, aws, uri, words, capsys):

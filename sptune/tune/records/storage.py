@@ -14,8 +14,9 @@ directory with last.pt, result.json, TensorBoard events), written by plain file 
 carries all of them, one mechanism, without every writer learning a remote file system.
 
 A mirror is consistent the way a killed driver's folder is: Tune's experiment state (the files directly
-under tune/<run>/) is read first and uploaded last, so the storage never holds a Tune state newer than the
-run directories it describes, the case a resume already handles (sptune.tune.trials.trainable.adopt_orphan).
+under tune/<run>/) is read first, until two reads agree (never half of a Tune snapshot), and uploaded last,
+so the storage never holds a Tune state newer than the run directories it describes, the case a resume
+already handles (sptune.tune.trials.trainable.adopt_orphan).
 Each file is uploaded whole (written locally by rename, read once); files removed locally (Tune's rotated
 checkpoints) are removed from the storage. Filesystems come from pyarrow (`pyarrow.fs.FileSystem.from_uri`);
 S3 reads the usual AWS settings (credentials, AWS_ENDPOINT_URL for an S3-compatible server).
@@ -143,8 +144,20 @@ class Mirror:
                     found[relative] = stamp
         return found
 
-    def _tune_state(self) -> dict[str, bytes]:
-        """The bytes of Tune's experiment state now: the files directly under tune/<run>/."""
+    def _tune_state(self, attempts: int = 20) -> dict[str, bytes]:
+        """The bytes of Tune's experiment state now: the files directly under tune/<run>/, as two reads in a
+        row agree. Tune writes its trial list and then its searcher, file by file: a single read can pair a
+        trial list with the searcher of the next snapshot, a state no resume can reconcile."""
+        state = self._read_tune_state()
+        for _ in range(attempts):
+            time.sleep(0.01)
+            again = self._read_tune_state()
+            if again == state:
+                break
+            state = again
+        return state
+
+    def _read_tune_state(self) -> dict[str, bytes]:
         state = {}
         for path in sorted((self.local / "tune").glob("*/*")):
             if path.is_file():
