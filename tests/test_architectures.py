@@ -88,7 +88,7 @@ def test_missing_architecture_prints_a_dash():
     assert "under scratch: —" in text and "- S4D: scratch —, SPT —, SPT gain —" in text
 
 
-def test_compute_tied_cells_train_spt_total_steps_at_one_lr():
+def test_compute_tied_cells_train_spt_total_steps_searched_on_the_scratch_grid():
     script = load_script()
     plan = script.build(cli.parse_args("", ["--seeds", "1", "6", "--compute-tied"], extra=script.add_flags))
     tied = [c for c in plan.cells if c.labels.get("compute") == "tied"]
@@ -102,7 +102,10 @@ def test_compute_tied_cells_train_spt_total_steps_at_one_lr():
                     and c.labels["model"] == cell.labels["model"] and "compute" not in c.labels)
         spt_steps = sum(config.load(None, list(main.overrides), stage=s).optim.max_steps
                         for s in ("pretrain", "finetune"))
-        assert steps == spt_steps and len(cell.space["scratch"]["params"]["optim.lr"]) == 1
+        assert steps == spt_steps and cell.space["scratch"] == main.space["scratch"]  # the same grid
+        assert len(cell.space["scratch"]["params"]["optim.lr"]) > 1
+        patience = {config.load(None, list(c.overrides), stage="scratch").optim.patience for c in (cell, main)}
+        assert len(patience) == 1  # the same stopping rule
         assert f"{steps} steps" in cell.labels["row"]
 
 

@@ -83,8 +83,6 @@ FIRST_BUDGET_STEPS = 200
 # stages, which are not searched.
 FIRST_SELECTED_LR = {"transformer": {"pretrain": 1e-3, "finetune": 1e-3, "scratch": 3e-3},
                      "s4": {"pretrain": 1e-3, "finetune": 1e-2, "scratch": 3e-2}}
-# The scratch lr seed 0 chose under the current budget (probes 8-9): the main job's compute-tied arm.
-MAIN_JOB_SCRATCH_LR = {"transformer": 1e-3, "s4": 1e-3}
 # The finetuning / scratch lr grids of the first budget (the current ones: search_spaces/ucr-osuleaf/).
 FIRST_LR_GRID = {"transformer": [3e-4, 1e-3, 3e-3, 1e-2], "s4": [1e-3, 3e-3, 1e-2, 3e-2, 1e-1]}
 
