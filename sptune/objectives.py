@@ -64,26 +64,40 @@ def denoising_loss(pred: torch.Tensor, d: Denoising, loss: str) -> tuple[torch.T
 
 
 class Metric:
-    """Streaming accuracy or R² (1 - SS_res / SS_tot) over an evaluation pass."""
+    """Streaming accuracy or R² (1 - SS_res / SS_tot) over an evaluation pass. With `keep_hits` an accuracy
+    also keeps each target's correctness in the order seen: the test pass's per-example outcomes, which an
+    interval that resamples the test set needs (sptune.stats.paired_with_test_sampling)."""
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, keep_hits: bool = False):
         self.kind = kind
         self.n = 0.0
         self.correct = 0.0
         self.sum_y = 0.0
         self.sum_y2 = 0.0
         self.sse = 0.0
+        self.hits: list[torch.Tensor] | None = [] if keep_hits and kind == "accuracy" else None
 
     def update(self, pred: torch.Tensor, target: torch.Tensor) -> None:
         if self.kind == "accuracy":
-            self.correct += (pred.argmax(-1) == target).sum().item()
+            right = pred.argmax(-1) == target  # (N,)
+            self.correct += right.sum().item()
             self.n += target.shape[0]
+            if self.hits is not None:
+                self.hits.append(right.cpu())
             return
         pred, target = pred.double().reshape(-1), target.double().reshape(-1)
         self.sse += ((pred - target) ** 2).sum().item()
         self.sum_y += target.sum().item()
         self.sum_y2 += (target**2).sum().item()
         self.n += target.numel()
+
+    def hit_string(self) -> str | None:
+        """The kept correctness as '0'/'1', one character per target (a 25k-example test set: 25 KB of JSON);
+        None when none was kept (an R², or keep_hits off)."""
+        if self.hits is None:
+            return None
+        right = torch.cat(self.hits) if self.hits else torch.zeros(0, dtype=torch.bool)  # (N,)
+        return (right.to(torch.uint8) + ord("0")).numpy().tobytes().decode("ascii")
 
     def value(self) -> float:
         if self.n == 0:

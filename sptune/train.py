@@ -151,7 +151,7 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
         test = test_at_best(run, model, run_model, splits["test"], state)
         if run.main_rank:
             writer.add_scalar("test/metric", test["metric"], state["best_step"])
-    result.update(test_metric=test["metric"], test_loss=test["loss"])
+    result.update(test_entries(test))
     return finish(result, status="completed", **end)
 
 
@@ -373,14 +373,26 @@ def save_checkpoints(loop: Loop, improved: bool, metric: float) -> None:
 
 
 def test_at_best(run: Run, model: nn.Module, run_model: nn.Module, test_split: Split,
-                 state: dict[str, Any]) -> dict[str, float]:
-    """The test metric, measured once, at the best validation checkpoint (the retrospective choice)."""
+                 state: dict[str, Any]) -> dict[str, Any]:
+    """The test metric, measured once, at the best validation checkpoint (the retrospective choice); with a
+    task's accuracy, each test example's outcome too (pretraining's accuracy counts masked tokens instead)."""
     best_path = run.run_dir / files.BEST
     checkpoints.load_into(model, checkpoints.load(best_path, run.device, keys=("model",), fix=RESTART_FIX)["model"],
                           best_path, RESTART_FIX)
-    test = evaluate(run_model, run.cfg, run.task, run.stage, test_split, run.device, run.cfg.task.max_test_examples)
+    test = evaluate(run_model, run.cfg, run.task, run.stage, test_split, run.device, run.cfg.task.max_test_examples,
+                    keep_hits=run.stage != "pretrain")
     count_eval(state, test)
     return test
+
+
+def test_entries(test: dict[str, Any]) -> dict[str, Any]:
+    """result.json's test entries: metric and loss, and for an accuracy `test_hits`, each test example's
+    outcome ('0'/'1', in the split's order): what sptune.stats.paired_with_test_sampling resamples. Under DDP
+    every rank evaluates the whole test split (evaluate is not sharded), so rank 0's string is complete."""
+    entries = {"test_metric": test["metric"], "test_loss": test["loss"]}
+    if "hits" in test:
+        entries["test_hits"] = test["hits"]
+    return entries
 
 
 def stage_metric_name(cfg: Config, task: Task, stage: str) -> str:
@@ -527,14 +539,16 @@ def accumulate_gradients(trained: nn.Module, ddp: nn.parallel.DistributedDataPar
 
 @torch.no_grad()
 def evaluate(model: SequenceModel, cfg: Config, task: Task, stage: str, split: Split, device: torch.device,
-             limit: int) -> dict[str, float]:
+             limit: int, keep_hits: bool = False) -> dict[str, Any]:
     """Loss and metric over the split's first `limit` examples (0 = all), independent of optim.batch_size:
     every example is masked by its own draw (EVAL_MASK_SEED, its index) and the loss is averaged over all
-    terms of the split, not over batch means. Also: the metric's targets, examples, model calls, seconds."""
+    terms of the split, not over batch means. Also: the metric's targets, examples, model calls, seconds;
+    with `keep_hits` and an accuracy, "hits": each target's correctness as '0'/'1', in the split's index
+    order (eval_batches walks it in order, every rank all of it)."""
     start = time.perf_counter()
     model.eval()
     kind = "accuracy" if (task.metric == "accuracy" if stage != "pretrain" else cfg.objective.loss == "ce") else "r2"
-    metric = Metric(kind)
+    metric = Metric(kind, keep_hits)
     # float64 sums of per-term losses, on the device: read once at the end
     total, terms = torch.zeros((), dtype=torch.float64, device=device), torch.zeros((), dtype=torch.float64,
                                                                                     device=device)
@@ -546,8 +560,10 @@ def evaluate(model: SequenceModel, cfg: Config, task: Task, stage: str, split: S
         total += loss.double() * n
         terms += n
         examples, calls = examples + len(index), calls + 1
-    return {"loss": total.item() / max(terms.item(), 1), "metric": metric.value(), "targets": int(metric.n),
-            "examples": examples, "calls": calls, "seconds": time.perf_counter() - start}
+    out = {"loss": total.item() / max(terms.item(), 1), "metric": metric.value(), "targets": int(metric.n),
+           "examples": examples, "calls": calls, "seconds": time.perf_counter() - start}
+    hits = metric.hit_string()
+    return out if hits is None else {**out, "hits": hits}
 
 
 def count_eval(state: dict[str, Any], ev: dict[str, float]) -> None:

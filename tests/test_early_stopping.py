@@ -94,6 +94,7 @@ def test_a_stopped_trial_gets_a_test_metric_at_its_best_checkpoint(tmp_path, sta
     result = files.read_json(run_dir / files.RESULT)
     assert result["status"] == "stopped" and result["steps"] == 8 and math.isfinite(result["test_metric"])
     assert result["best_step"] in (4, 8) and result["eval_flops"] > 0 and result["train_flops"] > 0
+    assert ("test_hits" in result) == (stage == "scratch")  # per test example: a task's accuracy only
     (row,) = results.collect(tmp_path / "study")
     assert row["status"] == "stopped" and row["test_metric"] == result["test_metric"]
     assert not row["selected"]  # selection stays among completed trials, on validation

@@ -56,3 +56,14 @@ def test_metrics():
     r2 = Metric("r2")
     r2.update(torch.full((1000,), y.mean().item()), y)
     assert abs(r2.value()) < 1e-6
+
+
+def test_an_accuracy_keeps_each_targets_outcome_in_the_order_seen():
+    acc = Metric("accuracy", keep_hits=True)
+    acc.update(torch.tensor([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]]), torch.tensor([0, 1, 1]))
+    acc.update(torch.tensor([[0.3, 0.7], [0.8, 0.2]]), torch.tensor([0, 0]))
+    assert acc.hit_string() == "11001" and acc.value() == 3 / 5
+    assert Metric("accuracy").hit_string() is None  # not kept unless asked: validation passes keep nothing
+    r2 = Metric("r2", keep_hits=True)
+    r2.update(torch.zeros(3), torch.ones(3))
+    assert r2.hit_string() is None  # an R² has no per-example right or wrong

@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from sptune import checkpoints, config, files, train, train_setup
+from sptune import checkpoints, config, files, registry, train, train_setup
 from sptune.errors import UserError
+from sptune.tune.trials import trainable
 
 TINY = ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.d_ff=32", "optim.batch_size=8",
         "optim.max_steps=12", "optim.eval_every=4", "optim.warmup_steps=2", "task.max_val_examples=32",
@@ -30,6 +31,19 @@ def test_pretraining_loss_decreases_and_result_is_complete(tmp_path):
     assert run_dir.parent == tmp_path and run_dir.name.startswith("pretrain-listops-mini-transformer-s0-")
     assert (run_dir / "config.yaml").is_file() and (run_dir / "fingerprint.json").is_file()
     assert files.read_json(run_dir / "result.json")["steps"] == 40
+    assert "test_hits" not in result  # a masked-token accuracy has no per-example outcomes
+
+
+def test_a_run_keeps_each_test_examples_outcome_in_the_splits_order(tmp_path):
+    """result.json's test_hits: one '0'/'1' per test example (the whole split), whose mean is test_metric;
+    not in what Ray Tune is told of a trial."""
+    cfg = tiny(tmp_path, "optim.max_steps=4")
+    result = train.scratch(cfg)
+    hits = files.read_json(Path(result["run_dir"]) / "result.json")["test_hits"]
+    test_split = registry.get_task(cfg.task.name).load(seed=cfg.run.seed)["test"]
+    assert len(hits) == len(test_split) and set(hits) == {"0", "1"}
+    assert hits.count("1") / len(hits) == result["test_metric"]
+    assert "test_hits" not in trainable.final_metrics(result)
 
 
 def test_same_seed_same_numbers_on_cpu(tmp_path):

@@ -85,9 +85,10 @@ def stopped_result(run_dir: Path, stage: str, world: int = 1) -> dict[str, Any]:
     checkpoints.load_into(model, checkpoints.load(best_path, device, keys=("model",), fix=train.RESTART_FIX)["model"],
                           best_path, train.RESTART_FIX)
     state = checkpoints.load(last_path, keys=("state",), fix=train.RESTART_FIX)["state"]
-    test = train.evaluate(model, cfg, task, stage, splits["test"], device, cfg.task.max_test_examples)
+    test = train.evaluate(model, cfg, task, stage, splits["test"], device, cfg.task.max_test_examples,
+                          keep_hits=not pretraining)
     train.count_eval(state, test)  # the test pass is part of the trial's cost, as for a completed trial
     result: dict[str, Any] = {"stage": stage, "task": task.name, "model": cfg.model.name, "run_dir": str(run_dir),
                               "metric": train.stage_metric_name(cfg, task, stage), "n_params": count_parameters(model),
-                              "init_from": None, "test_metric": test["metric"], "test_loss": test["loss"]}
+                              "init_from": None, **train.test_entries(test)}
     return train.finish(result, state, cost, world, run_dir, max_steps, status=STATUS)
