@@ -146,3 +146,38 @@ def test_learning_curves_put_the_compute_tied_scratch_on_its_architectures_panel
     assert title.startswith("S4D, seed 1") and seen["metric"] == "accuracy"
     assert set(points) == {"finetune", "scratch", "tied"} and points["tied"]["step"][-1] == 20
     assert points["finetune"]["flops"][0] == 40.0 + 5 * 2.0  # SPT's curve starts after its pretraining FLOPs
+
+
+def test_gains_get_the_interval_that_resamples_the_test_set_where_every_run_kept_its_outcomes(tmp_path):
+    def run(model, arm_name, seed, hits):
+        path = tmp_path / f"{model}-{arm_name}-{seed}-{hits}"
+        path.mkdir(exist_ok=True)
+        (path / "result.json").write_text(json.dumps({} if hits is None else {"test_hits": hits}))
+        test = 0.5 if hits is None else hits.count("1") / len(hits)
+        return arm(model, arm_name, seed, test, run_dir=str(path))
+
+    def report(s4d_spt_hits, seeds=3):
+        return "\n".join(architectures.lines([r for seed in range(seeds) for r in (
+            run("Transformer", "masked", seed, "1110"), run("Transformer", "scratch", seed, "0010"),
+            run("S4D", "masked", seed, s4d_spt_hits), run("S4D", "scratch", seed, "1111"))], LAYOUT))
+
+    # Transformer: every seed's SPT - scratch is [1, 1, 0, 0] on the 4 test examples: no spread over seeds (the
+    # seed interval has width 0), but V = MS_example / (n m) = 1 / 12, so ± t_{0.975, 2} sqrt(1/12) = ± 124.21.
+    # S4D's SPT runs predate test_hits: the lines that use them print the seed interval only.
+    text = report(None)
+    assert ("- Transformer: scratch 25.00, SPT 75.00, SPT gain +50.00 ± 0.00 (95% CI [+50.00, +50.00], n=3, "
+            "degenerate: zero variance); with test-set sampling ± 124.21 [-74.21, +174.21]\n") in text
+    assert "- S4D: scratch 100.00, SPT 50.00, SPT gain -50.00 ± 0.00 (95% CI [-50.00, -50.00], n=3, " \
+           "degenerate: zero variance)\n" in text
+    assert "under scratch: +75.00 ± 0.00 (95% CI [+75.00, +75.00], n=3, degenerate: zero variance); with " \
+           "test-set sampling ± " in text
+    assert "with test-set sampling" not in text.split("under SPT")[1].split("\n\n")[0]  # SPT gap, gap change
+    one_seed = report(None, seeds=1)
+    assert "SPT gain +50.00 (n=1, no interval)\n" in one_seed and "with test-set sampling" not in one_seed
+    # With S4D's SPT outcomes too, the gap change per example, 1111 - 1110 - 1111 + 0010 = [-1, -1, 0, 0] on every
+    # seed, gets its interval: as the Transformer's gain mirrored, -50 ± 124.21.
+    assert ("gap under SPT minus gap under scratch (< 0: SPT closes the gap): -50.00 ± 0.00 (95% CI [-50.00, -50.00], "
+            "n=3, degenerate: zero variance); with test-set sampling ± 124.21 [-174.21, +74.21]") in report("1111")
+    # S4D's SPT runs scored on 3 test examples, not 4: the lines that compare them say why they have none.
+    assert "; with test-set sampling: none (test outcomes of 3 and 4 examples: the runs were not scored on one " \
+           "test set" in report("111")

@@ -2,9 +2,11 @@
 
 import math
 
+import numpy as np
 import pytest
 
 from sptune import pairs, stats
+from sptune.errors import UserError
 
 
 def test_paired_interval_hand_computed_case():
@@ -113,3 +115,76 @@ def test_convergence_fields_come_from_a_result(tmp_path):
                                                   "scratch_train_loss": None}
     csv_text = pairs.write_csv([_pair(0, 50, 90)], tmp_path / "s.csv").read_text()
     assert "scratch_best_step" in csv_text.splitlines()[0] and ",90," in csv_text
+
+
+# ----------------------------------------------------------------------------- seeds and test examples sampled
+def test_identical_seeds_leave_only_the_test_sets_variance():
+    # Every seed's SPT - scratch differences are [1, 1, 0, 0]: MS_seed = MS_residual = 0, and MS_example =
+    # 3 * 4 * 0.25 / 3 = 1, so V = 1 / (3 * 4) and the half-width is t_{0.975, 2} * sqrt(1 / 12) = 1.2421.
+    p = stats.paired_with_test_sampling(["1110"] * 3, ["0010"] * 3)
+    assert p.n == 3 and p.mean == 0.5 and p.differences == (0.5, 0.5, 0.5)
+    assert p.half_width == pytest.approx(4.3027 / math.sqrt(12), abs=1e-4)
+    seed_only = stats.paired_t([0.75] * 3, [0.25] * 3)
+    assert seed_only.half_width == 0.0 and seed_only.degenerate and not p.degenerate
+
+
+def test_without_example_effects_the_interval_is_the_seed_interval():
+    # Each seed's difference is the same on every example (1, 0, 1): nothing varies by example, V is paired_t's.
+    p = stats.paired_with_test_sampling(["1111", "0000", "1111"], ["0000"] * 3)
+    seed_only = stats.paired_t([1.0, 0.0, 1.0], [0.0, 0.0, 0.0])
+    assert p.mean == pytest.approx(seed_only.mean) and p.half_width == pytest.approx(seed_only.half_width)
+    assert p.half_width == pytest.approx(4.3027 / 3, abs=1e-4)  # sd sqrt(1/3) over sqrt(3) seeds
+
+
+def test_mean_squares_match_the_textbook_two_way_anova():
+    rng = np.random.default_rng(0)
+    latent = rng.normal(0, 1, (5, 1)) + rng.normal(0, 1, (1, 40)) + rng.normal(0, 0.5, (5, 40))  # seed + example
+    d = np.digitize(latent, [-0.5, 0.5]) - 1  # (n, m) in {-1, 0, 1}
+    n, m = d.shape
+    seeds, examples, grand = d.mean(1, keepdims=True), d.mean(0, keepdims=True), d.mean()
+    expected = (m * ((seeds - grand) ** 2).sum() / (n - 1), n * ((examples - grand) ** 2).sum() / (m - 1),
+                ((d - seeds - examples + grand) ** 2).sum() / ((n - 1) * (m - 1)))
+    assert [float(ms) for ms in stats.crossed_mean_squares(d.tolist())] == pytest.approx(expected, rel=1e-12)
+    p = stats.crossed_interval(d.tolist())
+    combined = expected[0] + expected[1] - expected[2]
+    assert combined > max(expected[:2])  # the moment estimate itself, above its floors
+    v = combined / (n * m)
+    assert p.half_width == pytest.approx(stats.t_quantile(0.975, n - 1) * math.sqrt(v)) and p.mean == grand
+
+
+def test_the_test_sampling_interval_always_contains_the_seed_interval():
+    rng = np.random.default_rng(1)
+    for i in range(50):
+        difficulty = rng.random((2, 1, 30)) if i % 2 else 0.5  # shared by the seeds, or none: coin flips
+        spt, scratch = rng.random((2, 4, 30)) < difficulty
+        p = stats.paired_with_test_sampling([row.tolist() for row in spt], [row.tolist() for row in scratch])
+        seed_only = stats.paired_t(spt.mean(1).tolist(), scratch.mean(1).tolist())
+        assert p.mean == pytest.approx(seed_only.mean)
+        assert p.low <= seed_only.low + 1e-12 and p.high >= seed_only.high - 1e-12
+
+
+def test_a_negative_moment_estimate_falls_back_to_the_larger_one_way_part():
+    # d = [[1, 0], [0, 1], [1, 1]]: MS_seed = 1/6, MS_example = 0, MS_residual = 1/2, so the moment estimate
+    # 1/6 + 0 - 1/2 < 0; V = MS_seed / (n m) = 1/36, paired_t's variance: the seed interval.
+    p = stats.paired_with_test_sampling(["10", "01", "11"], ["00", "00", "00"])
+    assert p.half_width == pytest.approx(stats.paired_t([0.5, 0.5, 1.0], [0.0] * 3).half_width)
+    assert p.half_width == pytest.approx(4.3027 / 6, abs=1e-4)
+    # Its transpose: MS_example = 1/6 is the larger part; V = 1/36, with n = 2 (t = 12.706, degenerate).
+    q = stats.paired_with_test_sampling(["101", "011"], ["000", "000"])
+    assert q.half_width == pytest.approx(12.7062 / 6, abs=1e-4) and q.degenerate
+
+
+def test_identical_arms_gain_nothing_and_one_seed_has_no_interval():
+    same = stats.paired_with_test_sampling(["1011", "0110", "1100"], ["1011", "0110", "1100"])
+    assert same.mean == 0.0 and same.half_width == 0.0 and same.degenerate and not same.excludes_zero
+    one = stats.paired_with_test_sampling(["1011"], ["0010"])
+    assert one.mean == 0.5 and one.half_width is None and "no interval" in stats.format_paired(one)
+
+
+def test_test_outcomes_of_different_test_sets_are_a_user_error():
+    with pytest.raises(UserError, match="test outcomes of 3 and 4 examples"):
+        stats.paired_with_test_sampling(["1011", "011"], ["1011", "0110"])
+    with pytest.raises(UserError, match="must be 0 or 1"):
+        stats.paired_with_test_sampling(["1021", "0110"], ["1011", "0110"])
+    with pytest.raises(ValueError, match="needs pairs"):
+        stats.paired_with_test_sampling(["1011", "0110"], ["1011"])

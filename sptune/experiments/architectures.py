@@ -11,7 +11,9 @@ shrinks sharply once both are self-pretrained on the task's own data. Here, per 
     tied gain_s     = SPT_s - scratch at SPT's total steps_s  (paper App. D: equal training compute)
 
 each reported as the mean over seeds with its paired 95% Student-t interval (sptune.stats). Pairing
-by seed is sound here: every arm of one seed shares the data split and the seed's data order.
+by seed is sound here: every arm of one seed shares the data split and the seed's data order. That interval
+is about this test set; where every run kept its per-example test outcomes (result.json's `test_hits`), the
+interval that also resamples the test examples follows it (`; with test-set sampling ± h [low, high]`).
 Seeds are grouped by the cells' `role` label: `selection` seeds chose a setting (grids, steps) and are
 reported apart from `confirmation` seeds, which chose nothing. Baselines (sptune.baselines: majority
 class, 1-NN Euclidean, logistic regression on raw inputs) are fit on the task's train split and scored
@@ -23,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from sptune import baselines, pairs, registry, stats
+from sptune.errors import UserError
 from sptune.experiments.plan import Plan
 from sptune.tune.records import boundary, results
 
@@ -72,35 +75,55 @@ def role_lines(done: list[dict[str, Any]], layout: dict[str, Any]) -> list[str]:
     for arm, name in ((SCRATCH, "scratch"), (SPT, "SPT")):
         out.append(f"- architecture gap ({ssm} - {transformer}) under {name}: "
                    f"{paired_text(by_seed, (ssm, arm), (transformer, arm))}")
-    gap_change = [(s[(ssm, SPT)] - s[(transformer, SPT)], s[(ssm, SCRATCH)] - s[(transformer, SCRATCH)])
-                  for s in by_seed.values() if all(k in s for k in ((ssm, SPT), (transformer, SPT), (ssm, SCRATCH),
-                                                                     (transformer, SCRATCH)))]
+    keys = ((ssm, SPT), (transformer, SPT), (ssm, SCRATCH), (transformer, SCRATCH))  # + - - +
+    complete = [[s[k] for k in keys] for s in by_seed.values() if all(k in s for k in keys)]
+    gap_change = [(a["test"] - b["test"], c["test"] - d["test"]) for a, b, c, d in complete]
     out.append("- gap under SPT minus gap under scratch (< 0: SPT closes the gap): "
-               + _paired_or_dash(gap_change))
+               + _paired_or_dash(gap_change) + test_sampling_text(complete, (1, -1, -1, 1)))
     return out
 
 
-def per_seed(done: list[dict[str, Any]]) -> dict[Any, dict[tuple[str, str], float]]:
-    """{seed: {(model, arm key): test}}."""
-    out: dict[Any, dict[tuple[str, str], float]] = {}
+def per_seed(done: list[dict[str, Any]]) -> dict[Any, dict[tuple[str, str], dict[str, Any]]]:
+    """{seed: {(model, arm key): arm}}."""
+    out: dict[Any, dict[tuple[str, str], dict[str, Any]]] = {}
     for arm in done:
-        out.setdefault(arm.get("seed"), {})[(arm["model"], arm_key(arm))] = arm["test"]
+        out.setdefault(arm.get("seed"), {})[(arm["model"], arm_key(arm))] = arm
     return out
 
 
-def mean(by_seed: dict[Any, dict[tuple[str, str], float]], model: str, arm: str) -> float | None:
-    return stats.mean_std([s[(model, arm)] for s in by_seed.values() if (model, arm) in s])[0]
+def mean(by_seed: dict[Any, dict[tuple[str, str], dict[str, Any]]], model: str, arm: str) -> float | None:
+    return stats.mean_std([s[(model, arm)]["test"] for s in by_seed.values() if (model, arm) in s])[0]
 
 
-def paired_text(by_seed: dict[Any, dict[tuple[str, str], float]], a: tuple[str, str], b: tuple[str, str]) -> str:
-    """a - b over the seeds where both finished, in points with its 95% interval."""
-    return _paired_or_dash([(s[a], s[b]) for s in by_seed.values() if a in s and b in s])
+def paired_text(by_seed: dict[Any, dict[tuple[str, str], dict[str, Any]]], a: tuple[str, str],
+                b: tuple[str, str]) -> str:
+    """a - b over the seeds where both finished, in points with its 95% interval (and the one that also
+    resamples the test set, where the runs kept their test outcomes)."""
+    both = [[s[a], s[b]] for s in by_seed.values() if a in s and b in s]
+    return _paired_or_dash([(x["test"], y["test"]) for x, y in both]) + test_sampling_text(both, (1, -1))
 
 
 def _paired_or_dash(values: list[tuple[float, float]]) -> str:
     if not values:
         return "—"
     return stats.format_paired(stats.paired_t([a for a, _ in values], [b for _, b in values]), 100.0)
+
+
+def test_sampling_text(runs: list[list[dict[str, Any]]], signs: tuple[int, ...]) -> str:
+    """'; with test-set sampling ± h [low, high]' (points): the interval of sum_k signs[k] * run k over
+    seeds (runs[i]: seed i's runs) that also resamples the test examples (stats.contrast_with_test_sampling).
+    Empty where the seed interval has none (one seed) or a run did not keep its test outcomes (result.json's
+    `test_hits`: runs before it was written, and R² tasks, have none); the reason where the runs' outcomes
+    cannot be compared (another test set), so the rest of the report is still written."""
+    hits = [[(results.run_result(run) or {}).get("test_hits") for run in seed_runs] for seed_runs in runs]
+    if len(runs) < 2 or any(h is None for seed_hits in hits for h in seed_hits):
+        return ""
+    try:
+        p = stats.contrast_with_test_sampling(hits, signs)
+    except UserError as err:
+        return f"; with test-set sampling: none ({err})"
+    flag = f" (degenerate: {stats.degeneracy(p)})" if p.degenerate else ""
+    return f"; with test-set sampling ± {100 * p.half_width:.2f} [{100 * p.low:+.2f}, {100 * p.high:+.2f}]{flag}"
 
 
 def convergence_table(done: list[dict[str, Any]]) -> list[str]:
