@@ -9,6 +9,8 @@ Every interval sptune prints, each through sptune's own function (none is re-imp
                    experiment report, the architecture experiment's gains)
   data multiplier  sptune.multiplier.multipliers: how much more labelled data scratch needs to match SPT (the
                    `data ×` column of the data-fractions report)
+  test-set gain    sptune.stats.paired_with_test_sampling: the mean gain's interval when the test examples are a
+                   sample too (`; with test-set sampling` in the architecture experiment's report)
 (The `mean ± std` entries and the plots' error bars are spreads over seeds, not intervals: no coverage to check.)
 
 The model, in accuracy points (a point = 0.01), per seed i of n (n = 3, 5, 10):
@@ -23,6 +25,16 @@ The model, in accuracy points (a point = 0.01), per seed i of n (n = 3, 5, 10):
                    interpolation of scratch's population mean curve reaches SPT's population mean
                    (multiplier.fraction_needed on the model's means; exactly m for the log-linear curve). Only
                    fractions whose truth lies inside the fractions run count (outside, sptune prints a bound).
+  test-set gain    a population of test examples and seeds, of which each simulated study draws n seeds and a
+                   fresh test set of m = 242 examples (OSULeaf's TEST); run (seed i, arm a) gets example j right
+                   when  base_a + b_j + g_j [a = SPT] + u_i + v_ia + e_ija > 0:  b_j the example's difficulty
+                   (both arms), g_j how much more SPT helps on it, u_i the seed's effect (both arms), v_ia the
+                   run's own, e_ija unit normal noise, correlated across the two arms of one (seed, example).
+                   The truth is the gain over the POPULATION of examples and seeds, not over the drawn test set:
+                   Phi(base_SPT / sd_SPT) - Phi(base_scratch / sd_scratch), sd the latent's total sd. Two
+                   populations: the test examples' part of the gain's variance dominates, or the seeds'. Beside
+                   the new interval, for contrast, paired_t on the runs' accuracies (sptune's seed interval,
+                   about this test set only) against the same population truth: informational, not gated.
 Noise (each run's own; 2 points sd unless said): normal; heavy tails (Student t with 3 dof, scaled to the same
 sd); and two stress models outside the t-interval's assumptions, where one scratch run in 10 goes wrong and
 loses 10 points (skewed gains): with the usual noise, and with quiet seeds (run sd 1 point), where the rare
@@ -33,7 +45,8 @@ Coverage = the share of printed intervals that contain the truth, over --replica
 With 2000 replicates a coverage near 95% has a Monte Carlo standard error of 0.5%. A multiplier's interval is
 printed only when its point estimate lies inside the fractions run (else sptune prints a bound such as '>1x');
 `printed` gives that share. The last line is the lowest coverage over every cell whose noise the intervals
-assume (normal, heavy tails), the line before it the lowest of the skewed stress cells.
+assume (normal, heavy tails; for the test-set gain, its crossed seed x example sampling), the line before it
+the lowest of the skewed stress cells; the paired_t contrast cells count in neither.
 """
 
 from __future__ import annotations
@@ -95,6 +108,7 @@ class Cell:
     gated: bool
     coverage: dict[str, float | None]  # column -> coverage
     notes: str = ""
+    contrast: bool = False  # an interval against a truth it does not estimate: shown, in no lowest line
 
 
 # ----------------------------------------------------------------------------- paired gain
@@ -184,15 +198,85 @@ MULTIPLIER_MODELS = (
 )
 
 
+# ----------------------------------------------------------------------------- gain with test-set sampling
+TEST_EXAMPLES = 242
+
+
+@dataclass(frozen=True)
+class Population:
+    """Test examples and seeds as samples (module docstring): sds of the latent's parts, and the two arms'
+    noise correlation within one (seed, example)."""
+
+    name: str
+    spt_effect_sd: float  # g_j
+    run_sd: float  # v_ia
+    difficulty_sd: float = 2.0  # b_j: from near-sure to near-hopeless examples
+    seed_sd: float = 0.2  # u_i
+    arm_corr: float = 0.8
+    scratch_base: float = 0.2  # about 54% accuracy
+    spt_base: float = 0.35  # about 2 points more
+
+    def truth(self) -> float:
+        shared = 1.0 + self.difficulty_sd**2 + self.seed_sd**2 + self.run_sd**2
+        return normal_cdf(self.spt_base / math.sqrt(shared + self.spt_effect_sd**2)) \
+            - normal_cdf(self.scratch_base / math.sqrt(shared))
+
+    def hits(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """(SPT, scratch) outcomes of n seeds on a fresh test set, each (n, TEST_EXAMPLES) bool."""
+        m = TEST_EXAMPLES
+        example = rng.normal(0.0, self.difficulty_sd, m)  # (m,)
+        seed = rng.normal(0.0, self.seed_sd, (n, 1)) + example  # (n, m)
+        noise = rng.normal(size=(2, n, m))
+        spt_noise = self.arm_corr * noise[1] + math.sqrt(1 - self.arm_corr**2) * noise[0]
+        spt = self.spt_base + rng.normal(0.0, self.spt_effect_sd, m) + seed + rng.normal(0.0, self.run_sd, (n, 1))
+        scratch = self.scratch_base + seed + rng.normal(0.0, self.run_sd, (n, 1))
+        return spt + spt_noise > 0, scratch + noise[1] > 0
+
+
+def normal_cdf(x: float) -> float:
+    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+
+def hit_strings(hits: np.ndarray) -> list[str]:
+    """Each seed's outcomes as result.json's test_hits ('0'/'1' per example)."""
+    return [(row.astype(np.uint8) + ord("0")).tobytes().decode("ascii") for row in hits]
+
+
+def population_cells(population: Population, n: int, replicates: int, rng: np.random.Generator) -> list[Cell]:
+    """Coverage of the population gain by stats.paired_with_test_sampling and, for contrast, by stats.paired_t
+    on the runs' accuracies, on the same simulated studies."""
+    truth = population.truth()
+    covered, widths = {"test": 0, "seed": 0}, {"test": [], "seed": []}
+    for _ in range(replicates):
+        spt, scratch = population.hits(n, rng)
+        for key, p in (("test", stats.paired_with_test_sampling(hit_strings(spt), hit_strings(scratch), LEVEL)),
+                       ("seed", stats.paired_t(spt.mean(1).tolist(), scratch.mean(1).tolist(), LEVEL))):
+            covered[key] += p.low <= truth <= p.high
+            widths[key].append(p.half_width)
+    half = {key: np.median(w) / POINT for key, w in widths.items()}
+    notes = f"truth {truth / POINT:+.2f} points, median half-width {half['test']:.2f} vs seed-only {half['seed']:.2f}"
+    return [Cell("test-set gain", population.name, n, True, {"all": covered["test"] / replicates}, notes),
+            Cell("paired gain", f"{population.name}: paired_t (this test set only)", n, False,
+                 {"all": covered["seed"] / replicates}, f"median half-width {half['seed']:.2f} points", contrast=True)]
+
+
+# The test examples' part dominates where SPT's help varies much by example and the runs little; the seeds' where
+# the runs vary more. The per-seed gains' sd on one test set: about 3 points in the first, 7 in the second (the
+# README's OSULeaf gains, seeds 6-10: about 2 for the Transformer, 6 for S4D).
+POPULATIONS = (Population("test examples dominate", spt_effect_sd=0.8, run_sd=0.1),
+               Population("seeds dominate", spt_effect_sd=0.6, run_sd=0.3))
+
+
 # ----------------------------------------------------------------------------- report
 def line(cell: Cell) -> str:
     values = "  ".join(f"{col}: " + ("—" if c is None else f"{c:.1%}") for col, c in cell.coverage.items())
-    flag = "" if cell.gated else "  (stress, not gated)"
+    flag = "  (contrast, not gated)" if cell.contrast else "" if cell.gated else "  (stress, not gated)"
     return f"{cell.interval:16s} {cell.model:58s} n={cell.n:<3d} {values}  [{cell.notes}]{flag}"
 
 
 def lowest(cells: list[Cell], gated: bool) -> float:
-    return min(c for cell in cells if cell.gated == gated for c in cell.coverage.values() if c is not None)
+    return min(c for cell in cells if cell.gated == gated and not cell.contrast for c in cell.coverage.values()
+               if c is not None)
 
 
 def main() -> None:
@@ -217,6 +301,12 @@ def main() -> None:
         for n in SEED_COUNTS:
             cells.append(multiplier_cell(curves, n, replicates, rng))
             print(line(cells[-1]), flush=True)
+    print(f"gain with test-set sampling: a fresh test set of {TEST_EXAMPLES} examples a study, the truth over the "
+          "population of examples and seeds; paired_t against the same truth for contrast")
+    for population in POPULATIONS:
+        for n in SEED_COUNTS:
+            cells += population_cells(population, n, replicates, rng)
+            print(line(cells[-2]), line(cells[-1]), sep="\n", flush=True)
     print(f"{time.perf_counter() - start:.0f} s")
     print(f"lowest coverage of the stress cells (skewed noise, not gated): {lowest(cells, False):.1%}")
     low = lowest(cells, True)
