@@ -177,7 +177,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny sizes, seconds: checks the benchmark runs (the test suite uses it); its figures mean nothing")
     args = parser.parse_args()
     if args.quick:
-        args.trials, args.cells, args.slots = 30, 2, 2  # enough trials that the resume figure can kill half-way
+        args.trials, args.cells, args.slots = 16, 2, 2  # enough trials that the resume figure can kill half-way
     import ray
 
     ray.init(num_cpus=args.slots, log_to_driver=False, include_dashboard=False)
