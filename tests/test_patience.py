@@ -17,8 +17,8 @@ def plateau_after_step_8(monkeypatch):
     """Validation improves at evals 1-2 (steps 4, 8), then stays flat: metric and loss equal."""
     real, calls = train.evaluate, []
 
-    def evaluate(model, cfg, task, stage, split, device, limit):
-        out = real(model, cfg, task, stage, split, device, limit)
+    def evaluate(model, cfg, task, stage, split, device, limit, **options):
+        out = real(model, cfg, task, stage, split, device, limit, **options)
         calls.append(1)
         level = min(len(calls), 2)
         return dict(out, metric=0.5 + 0.1 * level, loss=1.0 / level)

@@ -44,8 +44,8 @@ def test_best_checkpoint_tie_goes_to_the_lower_val_loss(tmp_path, monkeypatch):
     script = iter([(0.5, 2.0), (0.5 + 1e-12, 1.5), (0.49, 0.1), (0.52, 3.0)])
     real = train.evaluate
 
-    def scripted(*args):
-        ev = real(*args)
+    def scripted(*args, **options):
+        ev = real(*args, **options)
         metric, loss = next(script, (ev["metric"], ev["loss"]))  # the 5th pass is the test split
         return dict(ev, metric=metric, loss=loss, targets=100)
 
