@@ -82,6 +82,7 @@ class StageBudget:
     eval_flops: float | None
     unknown: str = ""  # why the cost is unknown: the task whose data is not prepared
     points: tuple[Point, ...] = ()  # what this node's timing runs, the FLOPs above split by grid point
+    extra_trials: int = 0  # the most trials grid extensions can add (sptune.tune.records.bracketing)
 
     @property
     def flops(self) -> float | None:
@@ -167,12 +168,14 @@ def study_budget(state: StudyState, cell: str = "", stages: tuple[str, ...] = ST
     """The stages of a resolved study (studies.resolve's state), each summed over its trials. A stage's
     config is what its trials get (trainable.trial_config: one torch thread per reserved CPU), so this
     node's timing runs with the trials' threads."""
-    from sptune.tune.records import studies
+    from sptune.tune.records import bracketing, studies
     from sptune.tune.trials.trainable import trial_config
 
-    return [stage_budget(trial_config(studies.trial_spec(Path(), state, stage), {}).to_dict(), stage,
-                         studies.stage_trials(state, stage), shape_points(studies.stage_space(state, stage).params),
-                         cell)
+    return [dataclasses.replace(
+                stage_budget(trial_config(studies.trial_spec(Path(), state, stage), {}).to_dict(), stage,
+                             studies.stage_trials(state, stage),
+                             shape_points(studies.stage_space(state, stage).params), cell),
+                extra_trials=bracketing.max_extra_trials(state, stage) if state.options.extend_grids else 0)
             for stage in stages]
 
 
@@ -449,6 +452,10 @@ def format_budget(title: str, stages: list[StageBudget], node: tuple[float, str]
               f"{gpu_hours:.4g} device-hours",
               "device-hours are summed over trials (wall-clock on N devices: about device-hours / N); "
               "with ASHA or optim.patience on they are an upper bound"]
+    extra = sum(p.extra_trials for p in stages)
+    if extra:
+        lines.append(f"counted: the declared grids; a grid whose best sits at an edge extends itself (on by default, "
+                     f"--no-extend-grids for none), up to {extra} more trials in all")
     unknown = sorted({p.unknown for p in stages if p.unknown})
     if unknown:
         lines.append(f"not counted: {len(stages) - len(known)} stage(s) of {sum(p.trials for p in stages) - sum(p.trials for p in known)} "

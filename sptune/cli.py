@@ -71,10 +71,7 @@ def compare_seeds(args: argparse.Namespace) -> int:
 
     from sptune import pairs
 
-    if len(set(args.seeds)) != len(args.seeds):
-        raise UserError(f"--seeds needs distinct seeds, got {args.seeds}")
-    if any(o.split("=", 1)[0].endswith("run.seed") for o in args.overrides):
-        raise UserError("pass seeds with --seeds, not a run.seed= override")
+    pairs.check_seeds(args.seeds, args.overrides)
     if any(o.split("=", 1)[0].endswith("run.name") for o in args.overrides):
         raise UserError("--seeds runs one set of run directories per seed; leave run.name to its default")
     seed_pairs, metric, base = [], None, list(args.overrides)
@@ -84,15 +81,10 @@ def compare_seeds(args: argparse.Namespace) -> int:
         results = compare_once(args)
         print(f"--- seed {seed}")
         print(compare_table(results))
-        ft, sc = results.get("finetune") or {}, results["scratch"]
-        ok = lambda r: r.get("status") == "completed"  # noqa: E731
-        metric = metric or sc.get("metric")
-        seed_pairs.append(pairs.Pair(seed, ft.get("test_metric") if ok(ft) else None,
-                                sc.get("test_metric") if ok(sc) else None, ft.get("best_val") if ok(ft) else None,
-                                sc.get("best_val") if ok(sc) else None, results["pretrain"].get("best_val"),
-                                time.perf_counter() - start,
-                                "completed" if ok(ft) and ok(sc) else "a stage failed",
-                                **pairs.convergence("spt", ft), **pairs.convergence("scratch", sc)))
+        done = {stage: r for stage, r in results.items() if r.get("status") == "completed"}
+        metric = metric or results["scratch"].get("metric")
+        seed_pairs.append(pairs.of_seed(seed, done, time.perf_counter() - start,
+                                        "completed" if {"finetune", "scratch"} <= set(done) else "a stage failed"))
     args.overrides = base
     print()
     print(pairs.table(seed_pairs, metric))

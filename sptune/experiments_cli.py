@@ -24,6 +24,7 @@ from typing import Callable
 from sptune import files, output, study_cli
 from sptune.errors import UserError
 from sptune.experiments.plan import BACKENDS, Plan
+from sptune.experiments.settings import FIRST_SELECTION_SEEDS
 from sptune.experiments.run import CellProgress, cell_done, run_experiment
 from sptune.tune.engine import interrupts
 from sptune.tune import options as search_options
@@ -31,7 +32,8 @@ from sptune.tune import options as search_options
 
 # ----------------------------------------------------------------------------- the scripts in studies/
 def parse_args(description: str, argv: list[str] | None = None,
-               extra: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.Namespace:
+               extra: Callable[[argparse.ArgumentParser], None] | None = None,
+               selection_seeds: tuple[int, ...] = FIRST_SELECTION_SEEDS) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke-test", action="store_true",
                         help="the whole experiment on the embedded tasks with tiny models (minutes on 2 CPU cores)")
@@ -39,7 +41,11 @@ def parse_args(description: str, argv: list[str] | None = None,
     parser.add_argument("--backend", choices=BACKENDS,
                         help="tune: each cell a study, Ray Tune + Optuna search per stage (default); plain: the "
                              "paper's values, no search (default with --smoke-test)")
-    parser.add_argument("--seeds", type=int, nargs="+", help="training seeds (an axis of every experiment)")
+    seeds = parser.add_mutually_exclusive_group()
+    seeds.add_argument("--seeds", type=int, nargs="+", help="training seeds (an axis of every experiment)")
+    seeds.add_argument("--fresh-seeds", type=int, metavar="N",
+                       help="N seeds that chose nothing: the N seeds after every seed this experiment's settings "
+                            f"were chosen on (selection seeds {', '.join(map(str, selection_seeds))}), to confirm")
     parser.add_argument("--plan", action="store_true",
                         help="print the budget instead of running: trials per cell and stage, FLOPs, device-hours "
                              "here and on --gpu (nothing trains, no directory is made)")
@@ -50,7 +56,18 @@ def parse_args(description: str, argv: list[str] | None = None,
         extra(parser)
     args = parser.parse_args(argv)
     args.backend = args.backend or ("plain" if args.smoke_test else "tune")
+    if args.fresh_seeds is not None:
+        args.seeds = fresh_seeds(args.fresh_seeds, selection_seeds)
     return args
+
+
+def fresh_seeds(count: int, selection_seeds: tuple[int, ...]) -> list[int]:
+    """`count` confirmation seeds: those after the last seed that chose a setting (grids, budgets), so a
+    confirmation never reuses a seed whose validation numbers shaped what it tests."""
+    if count < 1:
+        raise UserError(f"--fresh-seeds needs N >= 1, got {count}")
+    first = max(selection_seeds) + 1
+    return list(range(first, first + count))
 
 
 def default_dir(experiment: str, args: argparse.Namespace) -> Path:
@@ -61,14 +78,16 @@ def default_dir(experiment: str, args: argparse.Namespace) -> Path:
 
 
 def main(experiment: str, build_plan: Callable[[argparse.Namespace], Plan], description: str,
-         argv: list[str] | None = None, extra: Callable[[argparse.ArgumentParser], None] | None = None) -> int:
-    """Entry point of every studies/*.py script: build the plan, run it, write the report."""
+         argv: list[str] | None = None, extra: Callable[[argparse.ArgumentParser], None] | None = None,
+         selection_seeds: tuple[int, ...] = FIRST_SELECTION_SEEDS) -> int:
+    """Entry point of every studies/*.py script: build the plan, run it, write the report. `selection_seeds`:
+    the seeds whose validation numbers chose the experiment's settings (--fresh-seeds starts after them)."""
     from sptune.experiments import report
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     interrupts.install("python " + shlex.join(sys.argv))
     try:
-        args = parse_args(description, argv, extra)
+        args = parse_args(description, argv, extra, selection_seeds)
         plan = build_plan(args)
         plan.backend, plan.smoke = args.backend, args.smoke_test
         if args.plan:
@@ -80,6 +99,9 @@ def main(experiment: str, build_plan: Callable[[argparse.Namespace], Plan], desc
         with output.captured(log_path, show_trials=False) as console:
             console.line(f"{plan.title}: {len(plan.cells)} cells, backend {plan.backend} -> {experiment_dir}")
             console.line(f"log: {log_path}")
+            if args.fresh_seeds:
+                console.line(f"--fresh-seeds {args.fresh_seeds}: seeds {args.seeds[0]}-{args.seeds[-1]}, after the "
+                             f"selection seeds {', '.join(map(str, selection_seeds))}")
             finished = [c for c in plan.cells
                         if cell_done(c, experiment_dir.resolve() / files.CELLS / c.key, plan.backend)]
             if finished:

@@ -17,9 +17,10 @@ import csv
 import io
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from sptune import atomic, stats
+from sptune.errors import UserError
 
 
 @dataclass
@@ -53,6 +54,29 @@ class Pair:
 
 
 LATE_FRACTION = 0.8  # a best step past 80% of the budget: the run may not have converged
+SEED_KEYS = ("run.seed", "pretrain.run.seed", "finetune.run.seed", "scratch.run.seed")
+
+
+def check_seeds(seeds: Sequence[int], overrides: Sequence[str]) -> None:
+    """--seeds: distinct seeds, and the seed comes from --seeds alone (a run.seed= override would give every
+    seed's runs the same seed)."""
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise UserError(f"--seeds needs distinct seeds, got {list(seeds)}")
+    if any(o.split("=", 1)[0] in SEED_KEYS for o in overrides):
+        raise UserError("pass seeds with --seeds, not a run.seed= override")
+
+
+def of_seed(seed: int, selected: Mapping[str, Mapping[str, Any] | None], seconds: float | None, status: str,
+            runs: Mapping[str, Mapping[str, Any] | None] | None = None) -> Pair:
+    """One seed's pair from each stage's selected run (`selected[stage]`: its numbers, test_metric and
+    best_val; None where the stage selected nothing) and, for the convergence columns, those runs'
+    result.json (`runs`, default `selected`). The plain path (`sptune compare --seeds`) and the seed cells of
+    a study (sptune.tune.records.seeds) both pair seeds here."""
+    runs = selected if runs is None else runs
+    get = lambda stage, key: (selected.get(stage) or {}).get(key)  # noqa: E731
+    return Pair(seed, get("finetune", "test_metric"), get("scratch", "test_metric"), get("finetune", "best_val"),
+                get("scratch", "best_val"), get("pretrain", "best_val"), seconds, status,
+                **convergence("spt", runs.get("finetune")), **convergence("scratch", runs.get("scratch")))
 
 
 def convergence(arm: str, result: dict[str, Any] | None) -> dict[str, Any]:

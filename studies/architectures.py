@@ -1,11 +1,11 @@
 """The architecture result at CPU scale (paper Table 1, §3.1): a Transformer and an SSM, each trained from
 scratch and with masked SPT, on a real task, with trivial baselines on the same splits.
 
-    launch:  python studies/architectures.py                  # UCR OSULeaf, seed 0: 816 s on 2 CPU cores (measured)
+    launch:  python studies/architectures.py                  # UCR OSULeaf, seed 0: 800 s on 2 CPU cores (measured)
     resume:  python studies/architectures.py                  # the same command: finished cells are skipped
     report:  sptune report runs/experiments/architectures     # table + architecture section again, no training
-    confirm: python studies/architectures.py --seeds 6 7 8 9 10 --compute-tied --dir runs/experiments/architectures-confirm
-             # seeds that chose nothing (0-5 chose the grids and the budget), plus scratch given SPT's total
+    confirm: python studies/architectures.py --fresh-seeds 5 --compute-tied --dir runs/experiments/architectures-confirm
+             # seeds 6-10, which chose nothing (0-5 chose the grids and the budget), plus scratch given SPT's total
              # steps (paper App. D), searched on the scratch grid: 69 min on 2 CPU cores when that arm ran one
              # lr (measured); its grid adds 2 (S4D) and 3 (Transformer) 600-step trials per seed
     smoke:   python studies/architectures.py --smoke-test     # 10 steps a stage, no search (plain backend)
@@ -89,4 +89,4 @@ def tied_cell(name: str, display: str, overrides: list[str], labels: dict) -> Ce
 
 
 if __name__ == "__main__":
-    sys.exit(main(EXPERIMENT, build, __doc__, extra=add_flags))
+    sys.exit(main(EXPERIMENT, build, __doc__, extra=add_flags, selection_seeds=settings.MAIN_JOB_SELECTION_SEEDS))

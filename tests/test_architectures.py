@@ -4,7 +4,11 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 from sptune import config
+from sptune.errors import UserError
+from sptune.experiments import settings
 from sptune import experiments_cli as cli
 from sptune.experiments import architectures
 from sptune.experiments.plan import plain_point
@@ -107,6 +111,20 @@ def test_compute_tied_cells_train_spt_total_steps_searched_on_the_scratch_grid()
         patience = {config.load(None, list(c.overrides), stage="scratch").optim.patience for c in (cell, main)}
         assert len(patience) == 1  # the same stopping rule
         assert f"{steps} steps" in cell.labels["row"]
+
+
+def test_fresh_seeds_are_a_budget_of_seeds_that_chose_nothing(capsys):
+    script = load_script()
+    args = cli.parse_args("", ["--fresh-seeds", "3"], extra=script.add_flags,
+                          selection_seeds=settings.MAIN_JOB_SELECTION_SEEDS)
+    assert args.seeds == [6, 7, 8]  # after seeds 0-5, which chose the grids and the budget
+    roles = {c.labels["seed"]: c.labels["role"] for c in script.build(args).cells}
+    assert roles == {6: "confirmation", 7: "confirmation", 8: "confirmation"}
+    with pytest.raises(SystemExit) as exit_info:  # one way to name the seeds
+        cli.parse_args("", ["--fresh-seeds", "3", "--seeds", "6"], extra=script.add_flags)
+    assert exit_info.value.code == 2 and "not allowed with" in capsys.readouterr().err
+    with pytest.raises(UserError, match="--fresh-seeds needs N >= 1, got 0"):
+        cli.parse_args("", ["--fresh-seeds", "0"])
 
 
 def test_boundary_lines_name_the_cell_and_the_edge():

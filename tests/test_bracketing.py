@@ -27,6 +27,26 @@ def test_the_next_value_steps_past_the_tried_edge_with_the_grids_spacing(declare
     assert stop is None and value == pytest.approx(expected) and type(value) is type(expected)
 
 
+@pytest.mark.parametrize("best, tried, side", [
+    (3e-5, [1e-5, 3e-5], "above"), (1e-5, [1e-5, 3e-5], "below"), (9e-5, [1e-5, 3e-5, 9e-5], "above"),
+    (2e-5, [1e-5, 2e-5, 3e-5], None),  # interior
+    (1e-5, [1e-5], "below"),  # 3e-5 crashed: 1e-5 is the declared grid's lower edge
+    (3e-5, [3e-5], "above"),
+])
+def test_only_a_best_at_or_past_the_declared_edge_extends(best, tried, side):
+    assert bracketing.edge_side(best, tried, [1e-5, 3e-5]) == side
+    # A best next to a crashed grid value is interior to the declared grid: no extension re-runs that value.
+    assert bracketing.edge_side(1e-5, [1e-5], [1e-5, 3e-5, 9e-5]) == "below"
+    assert bracketing.edge_side(3e-5, [1e-5, 3e-5], [1e-5, 3e-5, 9e-5]) is None
+
+
+def test_options_extend_grids_by_default_except_a_smoke_study():
+    space = spaces.parse({"stages": {"scratch": {"params": {"optim.lr": [1e-3, 3e-3]}}}}, "space.yaml")
+    assert studies.resolve_options(studies.Options(), space).extend_grids
+    assert not studies.resolve_options(studies.Options(smoke=True), space).extend_grids
+    assert not studies.resolve_options(studies.Options(extend_grids=False), space).extend_grids
+
+
 def test_a_limit_or_the_step_count_stops_the_extension():
     value, stop = bracketing.next_value("optim.lr", [1e-2, 3e-2], [1e-2, 3e-2], "above", [1e-6, 5e-2])
     assert value is None and stop == "the limit [1e-06, 0.05]"
@@ -54,7 +74,7 @@ def test_a_grid_far_below_the_optimum_extends_itself_in_both_stages(tmp_path, ra
                         "finetune": low, "scratch": low}}
     (tmp_path / "space.yaml").write_text(yaml.safe_dump(space))
     state = studies.create(str(CONFIG), [*TINY, "optim.max_steps=60", "optim.eval_every=20"], tmp_path / "study",
-                           str(tmp_path / "space.yaml"), studies.Options(extend_grids=True))
+                           str(tmp_path / "space.yaml"), studies.Options())  # on by default
     driver.run_study(state.dir, verbose=0)
 
     with open(tmp_path / "study" / "results.csv") as f:

@@ -161,4 +161,6 @@ def test_a_study_script_plans_every_cell_without_running(tmp_path):
     rows = [line.split()[:2] for line in out.stdout.splitlines() if line.startswith("ucr-osuleaf-")]
     assert rows == [[f"ucr-osuleaf-{model}-s0", stage] for model in ("transformer", "s4")
                     for stage in ("pretrain", "finetune", "scratch")]
+    # Grids extend by default: 4 steps a side for each cell's finetune and scratch lr grids (2 cells).
+    assert "extends itself (on by default, --no-extend-grids for none), up to 32 more trials in all" in out.stdout
     assert list(tmp_path.iterdir()) == []

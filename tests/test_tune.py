@@ -133,7 +133,8 @@ def test_asha_counts_the_budget_fraction():
 
 # ----------------------------------------------------------------------------- studies (shared Ray)
 def test_study_direct_path_end_to_end(tmp_path, ray_instance):
-    state = new_study(tmp_path, stages={"pretrain": {"params": {"optim.lr": [1e-3, 3e-3], "optim.batch_size": [8]}}})
+    state = new_study(tmp_path, stages={"pretrain": {"params": {"optim.lr": [1e-3, 3e-3], "optim.batch_size": [8]}}},
+                      options=studies.Options(extend_grids=False))  # the declared grids (test_bracketing extends)
     assert state.options.path == "direct"
     rows = driver.run_study(state.dir, verbose=0)
     assert [r["stage"] for r in rows] == ["pretrain", "pretrain", "finetune", "scratch"]
@@ -317,7 +318,7 @@ def test_torch_trainer_restarts_a_killed_worker_from_its_checkpoint(tmp_path, ra
 def test_asha_stops_only_on_our_steps_and_lets_finishers_finish(tmp_path, ray_instance):
     stages = {"scratch": {"params": {"optim.lr": [3e-3, 1e-3, 3e-4, 1e-5], "optim.batch_size": [8]}}}
     state = new_study(tmp_path, stages, overrides=["optim.max_steps=48", "optim.eval_every=8"], num_samples=4,
-                      asha={"grace_period": 0.16, "reduction_factor": 2})  # rungs 0.16, 0.32, 0.64: evals 8, 16, 32 of 48
+                      asha={"grace_period": 0.16, "reduction_factor": 2}, options=studies.Options(extend_grids=False))  # rungs 0.16, 0.32, 0.64: evals 8, 16, 32 of 48
     driver.run_stage_search(Path(state.dir), state, "scratch", trainable.stage_trainable, verbose=0)
     state.stage_status["scratch"] = "done"
     study_state.save(state.dir, state)

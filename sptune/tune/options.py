@@ -25,9 +25,9 @@ class Options:
     gpus_per_worker: float | None = None
     trials_per_gpu: int | None = None  # pack N one-worker trials on each GPU (sets gpus_per_worker = 1/N)
     asha: bool | None = None
-    # a stage's best at a grid edge runs the next value out (records.bracketing); off by default until the
-    # studies' budgets (README command 1, the test suite) are measured with it on
-    extend_grids: bool = False
+    # a stage's best at a grid edge runs the next value out (records.bracketing): on unless --no-extend-grids
+    # (or --smoke, a plumbing check); a grid that does not bracket its best decides nothing (issue 28)
+    extend_grids: bool = True
     sampler: str | None = None
     seed: int | None = None
     max_failures: int = 2
@@ -84,7 +84,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--extend-grids", action=argparse.BooleanOptionalAction, default=defaults.extend_grids,
                         help="when a stage's best trial sits at an edge of an ordered grid (lr, batch size), run "
                              "the next value beyond it, one grid step at a time, until the best is interior or "
-                             "the search space's limits stop it")
+                             "the search space's limits stop it (default: on; off under --smoke)")
     parser.add_argument("--sampler", choices=SAMPLERS,
                         help="Optuna sampler (auto: brute force for categorical grids, TPE otherwise)")
     parser.add_argument("--seed", type=int, help="sampler seed")

@@ -178,7 +178,7 @@ class CellsSearcher(Searcher):
         if not points:
             return False
         space = studies.stage_space(state, stage)
-        rounds = len(state.extensions[stage])
+        rounds = len(state.extensions.get(stage, ()))
         self.subs[group] = search.limit(
             search.make_searcher(dataclasses.replace(space, points=points), state.options.sampler, state.options.seed,
                                  journal=study_dir / files.OPTUNA_JOURNAL,

@@ -18,7 +18,8 @@ Rules, for every listed numeric parameter of two or more values (a one-value gri
   the stop is recorded, and the boundary warning (sptune.tune.records.boundary) stays only there.
 
 The edge is read from the values the stage has TRIED, not from the grid study.json lists (which the
-extension updates first): a driver that died between the two runs the recorded value on its resume.
+extension updates first): a driver that died between the two runs the recorded value on its resume. Only a
+best at or past the declared grid's edge extends (a best next to a crashed grid value does not).
 study.json keeps every step (StudyState.extensions) and the grid with the new values, so the table, the
 boundary check and TensorBoard's HParams domains see the extended grid.
 """
@@ -53,7 +54,7 @@ def extend(study_dir: Path, state: StudyState, stage: str) -> list[dict[str, Any
         if not numeric_grid(declared) or not number(best.get(key)):
             continue
         tried = sorted({float(r[key]) for r in rows if number(r.get(key))})
-        side = "above" if float(best[key]) == tried[-1] else "below" if float(best[key]) == tried[0] else None
+        side = edge_side(float(best[key]), tried, declared)
         if side is None:
             continue
         value, stop = next_value(key, declared, tried, side, limits(state).get(key))
@@ -67,6 +68,17 @@ def extend(study_dir: Path, state: StudyState, stage: str) -> list[dict[str, Any
         points.append(point)
     study_state.save(study_dir, state)
     return points
+
+
+def edge_side(best: float, tried: list[float], declared: list[Any]) -> str | None:
+    """"above" / "below" when the best is the outermost value tried on that side AND at or past the declared
+    grid's edge there; None when it is interior. A best inside the declared grid is never extended from: a
+    grid value with no result (its trial crashed) is a retry's business, not an extension's."""
+    if best == tried[-1] and best >= max(declared):
+        return "above"
+    if best == tried[0] and best <= min(declared):
+        return "below"
+    return None
 
 
 def next_value(key: str, declared: list[Any], tried: list[float], side: str,

@@ -21,7 +21,6 @@ from typing import Any
 from sptune import atomic, files, pairs
 from sptune.atomic import write_text as write_text_atomic
 from sptune.config import STAGES
-from sptune.errors import UserError
 from sptune.tune.records import layout, results, studies, study_state
 from sptune.tune.options import Options
 
@@ -30,11 +29,7 @@ def create(config_path: str, overrides: list[str], parent: str | Path, seed_list
            space_path: str | None, options: Options) -> dict[str, Any]:
     """Write <parent>/seeds.json and every seed's study.json (validated before any training)."""
     parent = Path(parent).resolve()
-    if not seed_list or len(set(seed_list)) != len(seed_list):
-        raise UserError(f"--seeds needs distinct seeds, got {seed_list}")
-    if any(o.split("=", 1)[0] in ("run.seed", "scratch.run.seed", "pretrain.run.seed", "finetune.run.seed")
-           for o in overrides):
-        raise UserError("pass seeds with --seeds, not a run.seed= override")
+    pairs.check_seeds(seed_list, overrides)
     layout.check_free(parent)
     spec = {"version": 1, "config": str(config_path), "overrides": list(overrides), "seeds": list(seed_list),
             "search_space": space_path, "options": asdict(options), "created": time.time()}
@@ -59,11 +54,8 @@ def study_pair(seed: int, study_dir: Path) -> tuple[pairs.Pair, str | None]:
         ("no completed " + "/".join(missing) + " trial; stages: " + ", ".join(f"{k} {v}" for k, v in stages.items()))
         if stages else "not run yet")
     seconds = sum(r.get("device_seconds") or 0.0 for r in rows)
-    get = lambda stage, key: (best[stage] or {}).get(key)  # noqa: E731
-    return pairs.Pair(seed, get("finetune", "test_metric"), get("scratch", "test_metric"), get("finetune", "best_val"),
-                get("scratch", "best_val"), get("pretrain", "best_val"), seconds, status,
-                **pairs.convergence("spt", results.run_result(best["finetune"])),
-                **pairs.convergence("scratch", results.run_result(best["scratch"]))), metric
+    runs = {stage: results.run_result(best[stage]) for stage in ("finetune", "scratch")}
+    return pairs.of_seed(seed, best, seconds, status, runs), metric
 
 
 def all_pairs(parent: Path, spec: dict[str, Any]) -> tuple[list[pairs.Pair], str | None]:

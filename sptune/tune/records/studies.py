@@ -150,7 +150,8 @@ def resolve_options(options: Options, space: spaces.SearchSpace) -> Resolved:
         num_samples=SMOKE_SAMPLES if options.smoke else (options.num_samples or space.num_samples),
         max_concurrent=options.max_concurrent or space.max_concurrent, workers=workers, cpus_per_worker=cpus,
         gpus_per_worker=gpus, trials_per_gpu=options.trials_per_gpu or 0, asha=asha,
-        asha_min_trials=0 if asked else spaces.ASHA_MIN_TRIALS, extend_grids=options.extend_grids,
+        asha_min_trials=0 if asked else spaces.ASHA_MIN_TRIALS,
+        extend_grids=options.extend_grids and not options.smoke,  # --smoke checks plumbing: no extra trials
         sampler=options.sampler or space.sampler, seed=space.seed if options.seed is None else options.seed,
         max_failures=options.max_failures, smoke=options.smoke, logger=options.logger,
         path=choose_path(workers, gpus, options.train_path))
