@@ -40,11 +40,15 @@ def test_only_a_best_at_or_past_the_declared_edge_extends(best, tried, side):
     assert bracketing.edge_side(3e-5, [1e-5, 3e-5], [1e-5, 3e-5, 9e-5]) is None
 
 
-def test_options_extend_grids_by_default_except_a_smoke_study():
-    space = spaces.parse({"stages": {"scratch": {"params": {"optim.lr": [1e-3, 3e-3]}}}}, "space.yaml")
-    assert studies.resolve_options(studies.Options(), space).extend_grids
-    assert not studies.resolve_options(studies.Options(smoke=True), space).extend_grids
-    assert not studies.resolve_options(studies.Options(extend_grids=False), space).extend_grids
+def test_grids_extend_by_default_unless_the_command_line_or_the_file_says_not():
+    grid = {"stages": {"scratch": {"params": {"optim.lr": [1e-3, 3e-3]}}}}
+    space, fixed = spaces.parse(grid, "space.yaml"), spaces.parse({**grid, "extend_grids": False}, "fixed.yaml")
+    resolved = lambda options, space: studies.resolve_options(options, space).extend_grids  # noqa: E731
+    assert resolved(studies.Options(), space) and not resolved(studies.Options(smoke=True), space)
+    assert not resolved(studies.Options(extend_grids=False), space)
+    assert not resolved(studies.Options(), fixed) and resolved(studies.Options(extend_grids=True), fixed)
+    with pytest.raises(UserError, match="extend_grids='no' must be true or false"):
+        spaces.parse({**grid, "extend_grids": "no"}, "space.yaml")
 
 
 def test_a_limit_or_the_step_count_stops_the_extension():

@@ -19,7 +19,7 @@ EIGHT = {"params": {"optim.lr": [3e-3, 1e-3, 3e-4, 1e-4], "optim.batch_size": [8
 
 
 def create(tmp_path, overrides=(), options=None, scratch=EIGHT, **top):
-    space = {"task": "listops-mini", "model": "transformer", "num_samples": 8,
+    space = {"task": "listops-mini", "model": "transformer", "num_samples": 8, "extend_grids": False,
              "stages": {"pretrain": ONE, "finetune": ONE, "scratch": scratch}, **top}
     tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "space.yaml").write_text(yaml.safe_dump(space))

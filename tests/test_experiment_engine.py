@@ -29,7 +29,7 @@ def tiny_plan(keys, broken=()):
 def test_cells_share_one_tune_run_and_stay_studies(tmp_path, ray_instance):  # noqa: F811
     plan = tiny_plan(["a", "b", "bad"], broken=("bad",))
     seen = []
-    failed = run_experiment(tmp_path, plan, Options(max_concurrent=2),
+    failed = run_experiment(tmp_path, plan, Options(max_concurrent=2, extend_grids=False),
                             on_cell=lambda cell, status, seconds: seen.append((cell.key, status, seconds)))
     assert failed == ["bad"] and (tmp_path / files.CELLS / "bad" / files.CELL_ERROR).is_file()
     assert sorted(key_status for *key_status, _ in seen) == [["a", "done"], ["b", "done"], ["bad", "failed"]]
@@ -57,10 +57,10 @@ def test_cells_share_one_tune_run_and_stay_studies(tmp_path, ray_instance):  # n
     assert any(s0 < e1 and s1 < e0 for s0, e0 in spans[0] for s1, e1 in spans[1])
     assert len(experiment_rows(tmp_path, plan)) == 8
     # A rerun retries only the broken cell (the others are done): no Tune run starts for them.
-    assert run_experiment(tmp_path, plan, Options(max_concurrent=2)) == ["bad"]
+    assert run_experiment(tmp_path, plan, Options(max_concurrent=2, extend_grids=False)) == ["bad"]
     # A rerun with one more cell (another seed) extends the experiment: a second Tune run serves it.
     more = tiny_plan(["a", "b", "bad", "c"], broken=("bad",))
-    assert run_experiment(tmp_path, more, Options(max_concurrent=2)) == ["bad"]
+    assert run_experiment(tmp_path, more, Options(max_concurrent=2, extend_grids=False)) == ["bad"]
     assert results.best_row(results.collect(tmp_path / files.CELLS / "c"), "finetune")[0] is not None
     assert files.read_json(tmp_path / "tune" / "runs.json") == {"experiment": ["a", "b"], "experiment-2": ["c"]}
     assert len(experiment_rows(tmp_path, more)) == 12
@@ -84,7 +84,7 @@ def test_plain_cells_train_in_ray_tasks_on_a_cluster(tmp_path, ray_instance, mon
                         lambda cell, cell_dir: (ran_in.append(os.getpid()), real(cell, cell_dir)))
     plan = tiny_plan(["p0", "p1"])
     plan.backend = "plain"
-    assert run_experiment(tmp_path, plan, Options(), address="auto") == []
+    assert run_experiment(tmp_path, plan, Options(extend_grids=False), address="auto") == []
     assert ran_in == []  # not in the driver: each cell was a Ray task
     for key in ("p0", "p1"):
         cell_dir = tmp_path / files.CELLS / key

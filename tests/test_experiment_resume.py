@@ -36,7 +36,7 @@ from test_experiment_resume import plan
 
 interrupts.install("the same command")  # as the studies/*.py scripts do (sptune.experiments_cli.main)
 try:
-    print("FAILED", run_experiment(sys.argv[1], plan(), Options(max_concurrent=1)), flush=True)
+    print("FAILED", run_experiment(sys.argv[1], plan(), Options(max_concurrent=1, extend_grids=False)), flush=True)
 except KeyboardInterrupt as stop:
     print("INTERRUPTED", flush=True)
     sys.exit(stop.exit_code)
@@ -110,7 +110,7 @@ def test_a_killed_experiment_resumes_with_an_uninterrupted_runs_numbers(sig, tmp
 
         if not REFERENCE:
             reference = tmp_path / "reference"
-            assert run_experiment(reference, plan(), Options(max_concurrent=1)) == []
+            assert run_experiment(reference, plan(), Options(max_concurrent=1, extend_grids=False)) == []
             REFERENCE.update(numbers(reference))
         assert len(REFERENCE) == 12 and numbers(killed) == REFERENCE
         assert ray_left_behind(killed) == {}  # the resumed driver stopped its own Ray instance on the way out

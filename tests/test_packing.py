@@ -139,6 +139,7 @@ def test_four_trials_share_a_fake_gpu_at_once(tmp_path):
     space = tmp_path / "space.yaml"
     grid = {"params": {"optim.lr": [1e-3, 2e-3, 3e-3, 4e-3]}}
     space.write_text(json.dumps({"task": "listops-mini", "model": "transformer", "num_samples": 4,
+                                 "extend_grids": False,
                                  "max_concurrent": 4, "resources": {"cpus_per_worker": 4},
                                  "stages": {"pretrain": {"params": {"optim.lr": [1e-3]}}, "finetune":
                                             {"params": {"optim.lr": [1e-3]}}, "scratch": grid}}))

@@ -29,7 +29,9 @@ TWO = {"params": {"optim.lr": [1e-3, 3e-3], "optim.batch_size": [8]}}
 
 
 def space_file(tmp_path, **stages):
+    """The declared grids only: these tests count trials and lines (grids that extend: test_bracketing)."""
     data = {"task": "listops-mini", "model": "transformer", "num_samples": 2, "max_concurrent": 2,
+            "extend_grids": False,
             "stages": {"pretrain": ONE, "finetune": ONE, "scratch": ONE, **stages}}
     path = tmp_path / "space.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -146,7 +148,7 @@ def test_captured_output_catches_file_descriptor_writes(tmp_path):
 def test_python_api_study_with_mlflow(tmp_path, ray_instance, capsys, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     study_dir = sptune.run_study(CONFIG, TINY, tmp_path / "study", search_space=space_file(tmp_path, pretrain=TWO),
-                                 logger="mlflow", extend_grids=False)  # one line per declared trial
+                                 logger="mlflow")
     shown = capsys.readouterr().out.splitlines()
     log = study_dir / files.STUDY_LOG
     assert len(shown) <= 30, shown
@@ -268,7 +270,7 @@ def test_errored_trial_resumed_is_one_complete_optuna_trial(tmp_path, ray_instan
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this file
     state = studies.create(str(CONFIG), TINY, tmp_path / "study", str(space_file(tmp_path, scratch=TWO)),
-                            studies.Options(max_failures=0, extend_grids=False))
+                            studies.Options(max_failures=0))
     study_dir = Path(state.dir)
     driver.run_stage_search(study_dir, state, "scratch", fail_once_trainable, verbose=0)
     assert states(optuna_trials(study_dir, "scratch")) == ["COMPLETE", "FAIL"]

@@ -30,9 +30,11 @@ PAPER_FILES = ["listops/transformer", "listops/s4", "text/transformer", "text/s4
 
 
 def write_space(tmp_path, stages=None, **top):
-    """A search-space file: by default one lr value per stage (one trial each)."""
+    """A search-space file: by default one lr value per stage (one trial each), and the declared grids only:
+    these tests count trials (grids that extend themselves: test_bracketing)."""
     one = {"params": {"optim.lr": [1.0e-3], "optim.batch_size": [8]}}
     data = {"task": "listops-mini", "model": "transformer", "num_samples": 2, "max_concurrent": 2,
+            "extend_grids": False,
             "stages": {"pretrain": one, "finetune": one, "scratch": one, **(stages or {})}, **top}
     path = tmp_path / "space.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -133,8 +135,7 @@ def test_asha_counts_the_budget_fraction():
 
 # ----------------------------------------------------------------------------- studies (shared Ray)
 def test_study_direct_path_end_to_end(tmp_path, ray_instance):
-    state = new_study(tmp_path, stages={"pretrain": {"params": {"optim.lr": [1e-3, 3e-3], "optim.batch_size": [8]}}},
-                      options=studies.Options(extend_grids=False))  # the declared grids (test_bracketing extends)
+    state = new_study(tmp_path, stages={"pretrain": {"params": {"optim.lr": [1e-3, 3e-3], "optim.batch_size": [8]}}})
     assert state.options.path == "direct"
     rows = driver.run_study(state.dir, verbose=0)
     assert [r["stage"] for r in rows] == ["pretrain", "pretrain", "finetune", "scratch"]
@@ -318,7 +319,7 @@ def test_torch_trainer_restarts_a_killed_worker_from_its_checkpoint(tmp_path, ra
 def test_asha_stops_only_on_our_steps_and_lets_finishers_finish(tmp_path, ray_instance):
     stages = {"scratch": {"params": {"optim.lr": [3e-3, 1e-3, 3e-4, 1e-5], "optim.batch_size": [8]}}}
     state = new_study(tmp_path, stages, overrides=["optim.max_steps=48", "optim.eval_every=8"], num_samples=4,
-                      asha={"grace_period": 0.16, "reduction_factor": 2}, options=studies.Options(extend_grids=False))  # rungs 0.16, 0.32, 0.64: evals 8, 16, 32 of 48
+                      asha={"grace_period": 0.16, "reduction_factor": 2})  # rungs 0.16, 0.32, 0.64: evals 8, 16, 32 of 48
     driver.run_stage_search(Path(state.dir), state, "scratch", trainable.stage_trainable, verbose=0)
     state.stage_status["scratch"] = "done"
     study_state.save(state.dir, state)

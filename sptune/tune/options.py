@@ -25,9 +25,10 @@ class Options:
     gpus_per_worker: float | None = None
     trials_per_gpu: int | None = None  # pack N one-worker trials on each GPU (sets gpus_per_worker = 1/N)
     asha: bool | None = None
-    # a stage's best at a grid edge runs the next value out (records.bracketing): on unless --no-extend-grids
-    # (or --smoke, a plumbing check); a grid that does not bracket its best decides nothing (issue 28)
-    extend_grids: bool = True
+    # a stage's best at a grid edge runs the next value out (records.bracketing); None: the search-space
+    # file's extend_grids, else on (off under --smoke, a plumbing check). A grid that does not bracket its best
+    # decides nothing (issue 28).
+    extend_grids: bool | None = None
     sampler: str | None = None
     seed: int | None = None
     max_failures: int = 2
@@ -81,10 +82,11 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--asha", action=argparse.BooleanOptionalAction, default=None,
                         help="ASHA early stopping on our own step counter (default: the search space's asha block, "
                              "else on for stages of >= 8 trials whose evals meet its rungs)")
-    parser.add_argument("--extend-grids", action=argparse.BooleanOptionalAction, default=defaults.extend_grids,
+    parser.add_argument("--extend-grids", action=argparse.BooleanOptionalAction, default=None,
                         help="when a stage's best trial sits at an edge of an ordered grid (lr, batch size), run "
                              "the next value beyond it, one grid step at a time, until the best is interior or "
-                             "the search space's limits stop it (default: on; off under --smoke)")
+                             "the search space's limits stop it (default: the search-space file's extend_grids, "
+                             "else on; off under --smoke)")
     parser.add_argument("--sampler", choices=SAMPLERS,
                         help="Optuna sampler (auto: brute force for categorical grids, TPE otherwise)")
     parser.add_argument("--seed", type=int, help="sampler seed")

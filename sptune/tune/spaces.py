@@ -10,7 +10,8 @@ keys to search and the points to evaluate first (the paper's best values, Tables
         points: [{optim.lr: 1.0e-3, optim.batch_size: 128}]
 
 A list is a categorical grid; `{loguniform: [lo, hi]}` / `{uniform: [lo, hi]}` a continuous range.
-Top-level keys: num_samples, max_concurrent, seed, sampler (SAMPLERS), asha, resources.
+Top-level keys: num_samples, max_concurrent, seed, sampler (SAMPLERS), asha, resources, limits, extend_grids
+(false: the declared grids only; sptune.tune.records.bracketing).
 
 Early stopping: ASHA on our own clock (the fraction of each trial's budget), from an `asha:` block,
 `--asha`, or by default for a stage of at least ASHA_MIN_TRIALS trials whose evals meet its rungs
@@ -67,12 +68,13 @@ class SearchSpace:
     resources: dict[str, float] = field(default_factory=dict)  # workers, cpus_per_worker, gpus_per_worker
     # param -> [low, high]: how far a grid may extend itself past its edges (sptune.tune.records.bracketing)
     limits: dict[str, list[float]] = field(default_factory=dict)
+    extend_grids: bool | None = None  # None: the command line's, else on
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "task": self.task, "model": self.model, "num_samples": self.num_samples,
                 "max_concurrent": self.max_concurrent, "seed": self.seed, "sampler": self.sampler,
                 "asha": self.asha, "resources": self.resources, "limits": self.limits,
-                "stages": {s: {"params": sp.params, "points": sp.points} for s, sp in self.stages.items()}}
+                "extend_grids": self.extend_grids, "stages": {s: {"params": sp.params, "points": sp.points} for s, sp in self.stages.items()}}
 
 
 def default_path(task: str, model: str) -> Path:
@@ -106,7 +108,7 @@ def parse(data: Any, path: str = "<search space>") -> SearchSpace:
     if not isinstance(data, dict):
         raise UserError(f"{path}: must be a mapping with a 'stages' section")
     known = {"task", "model", "stages", "num_samples", "max_concurrent", "seed", "sampler", "asha", "resources",
-             "limits"}
+             "limits", "extend_grids"}
     if set(data) - known:
         raise UserError(f"{path}: unknown keys {sorted(set(data) - known)}; allowed: {', '.join(sorted(known))}")
     stages = data.get("stages")
@@ -131,6 +133,10 @@ def parse(data: Any, path: str = "<search space>") -> SearchSpace:
         raise UserError(f"{path}: 'resources' may set only {', '.join(sorted(allowed))}")
     space.resources = dict(resources)
     space.limits = _limits(path, data.get("limits") or {})
+    if data.get("extend_grids") is not None:
+        if not isinstance(data["extend_grids"], bool):
+            raise UserError(f"{path}: extend_grids={data['extend_grids']!r} must be true or false")
+        space.extend_grids = data["extend_grids"]
     return space
 
 

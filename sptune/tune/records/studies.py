@@ -151,10 +151,16 @@ def resolve_options(options: Options, space: spaces.SearchSpace) -> Resolved:
         max_concurrent=options.max_concurrent or space.max_concurrent, workers=workers, cpus_per_worker=cpus,
         gpus_per_worker=gpus, trials_per_gpu=options.trials_per_gpu or 0, asha=asha,
         asha_min_trials=0 if asked else spaces.ASHA_MIN_TRIALS,
-        extend_grids=options.extend_grids and not options.smoke,  # --smoke checks plumbing: no extra trials
+        extend_grids=extend_grids(options, space),
         sampler=options.sampler or space.sampler, seed=space.seed if options.seed is None else options.seed,
         max_failures=options.max_failures, smoke=options.smoke, logger=options.logger,
         path=choose_path(workers, gpus, options.train_path))
+
+
+def extend_grids(options: Options, space: spaces.SearchSpace) -> bool:
+    """The command line's choice, else the search-space file's, else on; never under --smoke (a plumbing check)."""
+    asked = options.extend_grids if options.extend_grids is not None else space.extend_grids
+    return (asked is not False) and not options.smoke
 
 
 def describe_path(options: Resolved) -> str:
