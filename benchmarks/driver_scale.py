@@ -57,7 +57,7 @@ def create_study(study_dir: Path, trials: int, slots: int) -> None:
                           "stages": {"pretrain": {"params": {"optim.lr": [1e-3]}},
                                      "finetune": {"params": {"optim.lr": [1e-3]}},
                                      "scratch": {"params": {"optim.lr": lrs}}}})
-    studies.create(None, TINY, study_dir, options=Options(asha=False), space=space)
+    studies.create(None, TINY, study_dir, options=Options(asha=False, extend_grids=False), space=space)  # N trials
 
 
 def rss_mb() -> float:
@@ -161,7 +161,7 @@ def experiment_figure(tmp: Path, cells: int, slots: int) -> None:
                 backend="tune", cells=[Cell(key=f"cell{i:03d}", labels={}, space=space, overrides=(*TINY,))
                                        for i in range(cells)])
     start = time.perf_counter()
-    failed = run_experiment(tmp / "experiment", plan, Options(max_concurrent=slots, asha=False),
+    failed = run_experiment(tmp / "experiment", plan, Options(max_concurrent=slots, asha=False, extend_grids=False),
                             trainable=partial(reporting_stage, seconds=0.0))
     wall = time.perf_counter() - start
     per_trial = wall / (3 * cells)

@@ -10,7 +10,7 @@ from ray_fixtures import CONFIG, TINY, ray_instance  # noqa: F401 (fixture)
 from sptune.errors import UserError
 from sptune.tune import spaces
 from sptune.tune.engine import driver
-from sptune.tune.records import bracketing, results, studies
+from sptune.tune.records import boundary, bracketing, results, studies
 
 
 @pytest.mark.parametrize("declared, tried, side, expected", [
@@ -38,6 +38,12 @@ def test_only_a_best_at_or_past_the_declared_edge_extends(best, tried, side):
     # A best next to a crashed grid value is interior to the declared grid: no extension re-runs that value.
     assert bracketing.edge_side(1e-5, [1e-5], [1e-5, 3e-5, 9e-5]) == "below"
     assert bracketing.edge_side(3e-5, [1e-5, 3e-5], [1e-5, 3e-5, 9e-5]) is None
+
+
+def test_a_seed_grid_is_labels_not_an_ordered_setting():
+    assert boundary.ordered_grid("optim.lr", [1e-3, 3e-3]) and boundary.ordered_grid("optim.batch_size", [8, 16])
+    assert not boundary.ordered_grid("run.seed", [0, 1, 2]) and not boundary.ordered_grid("optim.lr", [1e-3])
+    assert boundary.edge_note("run.seed", 2, [0, 1, 2]) is None  # no boundary warning either
 
 
 def test_grids_extend_by_default_unless_the_command_line_or_the_file_says_not():

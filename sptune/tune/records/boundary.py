@@ -38,7 +38,7 @@ def warnings(selected: dict[str, TrialRow | None], space: dict[str, Any]) -> lis
 
 def edge_note(key: str, value: Any, values: Any) -> str | None:
     """'optim.lr=0.001, the top of its grid [0.0001, 0.001]', or None when `value` is interior or unchecked."""
-    if not numeric_grid(values) or not number(value):
+    if not ordered_grid(key, values) or not number(value):
         return None
     ordered = sorted(float(v) for v in values)
     where = "top" if float(value) == ordered[-1] else "bottom" if float(value) == ordered[0] else None
@@ -48,8 +48,10 @@ def edge_note(key: str, value: Any, values: Any) -> str | None:
     return f"{key}={float(value):g}, the {where} of its grid [{shown}]"
 
 
-def numeric_grid(values: Any) -> bool:
-    return isinstance(values, list) and len(values) >= 2 and all(number(v) for v in values)
+def ordered_grid(key: str, values: Any) -> bool:
+    """A grid of two or more numbers whose order means something: not seeds (run.seed), which are labels."""
+    return (isinstance(values, list) and len(values) >= 2 and all(number(v) for v in values)
+            and not key.endswith("seed"))
 
 
 def number(value: Any) -> bool:

@@ -9,7 +9,8 @@ extends the grid itself:
 
     declared lr grid {1e-5, 3e-5}, best 3e-5  ->  run 9e-5 (spacing x3); best 9e-5 -> run 2.7e-4; ...
 
-Rules, for every listed numeric parameter of two or more values (a one-value grid is a fixed setting):
+Rules, for every listed numeric parameter of two or more values (a one-value grid is a fixed setting; a seed
+grid is a set of labels, never extended):
 - the step is the declared grid's spacing: its mean ratio when every value is positive (lr, batch size; a
   half-decade grid 1e-4, 3e-4, 1e-3 steps by sqrt(10)), else its mean difference; integer grids stay integers;
 - the new point is the best trial's point with that one parameter moved; parameters at an edge each get one;
@@ -33,7 +34,7 @@ from typing import Any
 from sptune.errors import UserError
 from sptune.tune import spaces
 from sptune.tune.records import results, study_state
-from sptune.tune.records.boundary import number, numeric_grid
+from sptune.tune.records.boundary import number, ordered_grid
 from sptune.tune.records.study_state import StudyState
 
 DEFAULT_LIMITS = {"optim.lr": [1e-6, 1.0]}
@@ -51,7 +52,7 @@ def extend(study_dir: Path, state: StudyState, stage: str) -> list[dict[str, Any
     points = []
     for key, grid in stage_space["params"].items():
         declared = declared_grid(state, stage, key, grid)
-        if not numeric_grid(declared) or not number(best.get(key)):
+        if not ordered_grid(key, declared) or not number(best.get(key)):
             continue
         tried = sorted({float(r[key]) for r in rows if number(r.get(key))})
         side = edge_side(float(best[key]), tried, declared)
@@ -124,4 +125,4 @@ def record(state: StudyState, stage: str, step: dict[str, Any]) -> None:
 def max_extra_trials(state: StudyState, stage: str) -> int:
     """The most trials extensions can add to a stage: Tune's trial count must leave room for them."""
     params = state.space["stages"][stage]["params"]
-    return 2 * MAX_STEPS * sum(numeric_grid(grid) for grid in params.values())
+    return 2 * MAX_STEPS * sum(ordered_grid(key, grid) for key, grid in params.items())
