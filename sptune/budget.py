@@ -175,7 +175,7 @@ def study_budget(state: StudyState, cell: str = "", stages: tuple[str, ...] = ST
                 stage_budget(trial_config(studies.trial_spec(Path(), state, stage), {}).to_dict(), stage,
                              studies.stage_trials(state, stage),
                              shape_points(studies.stage_space(state, stage).params), cell),
-                extra_trials=bracketing.max_extra_trials(state, stage) if state.options.extend_grids else 0)
+                extra_trials=bracketing.max_extra_trials(state, stage))
             for stage in stages]
 
 

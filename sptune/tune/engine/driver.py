@@ -365,8 +365,7 @@ def pending_trials(count: int) -> Iterator[None]:
 
 def total_trials(states: dict[str, StudyState]) -> int:
     """Every trial any cell may run: Tune's upper bound (the searcher says FINISHED when all cells are done)."""
-    total = sum(studies.stage_trials(state, stage)
-                + (bracketing.max_extra_trials(state, stage) if state.options.extend_grids else 0)
+    total = sum(studies.stage_trials(state, stage) + bracketing.max_extra_trials(state, stage)
                 for state in states.values() for stage in STAGES if stage not in state.stage_status)
     return max(total, 1)
 

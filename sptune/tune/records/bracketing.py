@@ -123,6 +123,9 @@ def record(state: StudyState, stage: str, step: dict[str, Any]) -> None:
 
 
 def max_extra_trials(state: StudyState, stage: str) -> int:
-    """The most trials extensions can add to a stage: Tune's trial count must leave room for them."""
+    """The most trials extensions can add to a stage (0 when the study's grids do not extend): Tune's trial
+    count and the plan leave room for them."""
+    if not state.options.extend_grids:
+        return 0
     params = state.space["stages"][stage]["params"]
     return 2 * MAX_STEPS * sum(ordered_grid(key, grid) for key, grid in params.items())
