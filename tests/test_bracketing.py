@@ -1,12 +1,18 @@
 """Grids that bracket themselves (sptune.tune.records.bracketing): the next value past the edge a stage's
-best sits at, its spacing and its limits, and a study whose lr grid sits far below the optimum extending it."""
+best sits at, its spacing and its limits, a study whose lr grid sits far below the optimum extending it,
+and one killed during an extension round resuming it."""
 
 import csv
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 import yaml
-from ray_fixtures import CONFIG, TINY, ray_instance  # noqa: F401 (fixture)
+from ray_fixtures import CONFIG, TINY, ray_instance, sptune_env  # noqa: F401 (fixture)
 
+from sptune import files
 from sptune.errors import UserError
 from sptune.tune import spaces
 from sptune.tune.engine import driver
@@ -98,3 +104,67 @@ def test_a_grid_far_below_the_optimum_extends_itself_in_both_stages(tmp_path, ra
     text = results.summary(tmp_path / "study")
     assert "finetune grid extension: optim.lr above to 9e-05" in text
     assert "scratch grid extension: optim.lr above to 9e-05" in text
+
+
+@pytest.mark.slow  # ~40 s: the driver joins the session's Ray, so neither run pays for starting one
+def test_a_study_killed_during_an_extension_round_resumes_it(tmp_path, ray_instance):  # noqa: F811
+    """SIGKILL while an extension trial (a value beyond the declared grid) is mid-way: `sptune resume` finishes
+    that trial from its checkpoint, runs every extension round still due, and runs no point twice."""
+    low = {"params": {"optim.lr": [1e-5, 3e-5], "optim.batch_size": [8]}}
+    space = {"task": "listops-mini", "model": "transformer", "num_samples": 2, "max_concurrent": 1,
+             "limits": {"optim.lr": [1e-6, 3e-4]},
+             "stages": {"pretrain": {"params": {"optim.lr": [1e-3], "optim.batch_size": [8]}},
+                        "finetune": low, "scratch": low}}
+    config = yaml.safe_load(CONFIG.read_text())
+    config["optim"].update(max_steps=8, eval_every=4, batch_size=8, warmup_steps=0)  # pretraining: TINY's
+    long = {"optim": {"max_steps": 300, "eval_every": 10}}  # long enough to be caught mid-way
+    config["stages"] = {"finetune": long, "scratch": long}
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump(space))
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    study_dir, address = tmp_path / "study", ray_instance.get_runtime_context().gcs_address
+    driver_proc = sptune("study", tmp_path / "config.yaml", *TINY[:4], "task.max_val_examples=32", "--search-space",
+                         tmp_path / "space.yaml", "--dir", study_dir, "--address", address, "--quiet")
+    try:
+        caught, seen_step = wait_for_a_midway_extension_trial(study_dir, driver_proc)
+        driver_proc.kill()
+        driver_proc.wait(timeout=30)
+        resumed = sptune("resume", study_dir, "--address", address, "--quiet")
+        output = resumed.communicate(timeout=300)[0]
+    finally:
+        for proc in (driver_proc, *([resumed] if "resumed" in locals() else [])):
+            if proc.poll() is None:
+                proc.kill()
+    assert resumed.returncode == 0, output[-3000:]
+
+    rows = results.collect(study_dir)
+    assert all(r["status"] == "completed" for r in rows), rows
+    for stage in ("finetune", "scratch"):
+        lrs = [float(r["optim.lr"]) for r in rows if r["stage"] == stage]
+        assert len(lrs) == len(set(lrs)) and max(lrs) > 3e-5, lrs  # extended, and no point run twice
+        assert all(r["extension"] == (float(r["optim.lr"]) > 3e-5) for r in rows if r["stage"] == stage)
+    stage, lr = caught
+    row = next(r for r in rows if r["stage"] == stage and float(r["optim.lr"]) == lr)
+    starts = [a["start_step"] for a in files.read_json(Path(row["run_dir"]) / "trial.json")["attempts"]]
+    assert starts[0] == 0 and starts[-1] >= seen_step > 0, starts  # continued from its checkpoint
+    assert f"{stage} grid extension: optim.lr above to 9e-05" in results.summary(study_dir)
+
+
+def sptune(*args):
+    return subprocess.Popen([sys.executable, "-m", "sptune.cli", *map(str, args)], env=sptune_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def wait_for_a_midway_extension_trial(study_dir, proc, timeout=240):
+    """((stage, lr), step) of a trial beyond the declared grid with a checkpoint past step 20 and no result."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        for run in sorted(study_dir.glob("*/*/trial.json")):
+            trial, progress = files.read_json(run), run.parent / "progress.json"
+            lr = float(trial["params"]["optim.lr"])
+            if lr > 3e-5 and progress.is_file() and not (run.parent / "result.json").is_file():
+                step = files.read_json(progress)["step"]
+                if step >= 20:
+                    return (run.parent.parent.name, lr), step
+        time.sleep(0.1)
+    raise AssertionError("no extension trial was ever caught mid-way")

@@ -43,6 +43,9 @@ def test_same_seed_same_images_other_seed_other_images():
     assert not np.array_equal(a, c)
     # Image i depends only on (seed, i): a prefix of a larger set is the smaller set.
     assert np.array_equal(pf.generate(3, 32, seed=3)[0], a[:3])
+    # ... so worker processes, each drawing a slice, give the same set.
+    drawn, drawn_labels = pf.generate(6, 32, seed=3, workers=3)
+    assert np.array_equal(drawn, a) and np.array_equal(drawn_labels, labels_a)
 
 
 @pytest.mark.parametrize("resolution", [32, 64, 128, 256])

@@ -174,7 +174,7 @@ class CellsSearcher(Searcher):
         """Open a searcher over the stage's next points beyond its grid's edges; False when there are none.
         Each round is its own Optuna study in the journal (the points are enqueued: they are the round)."""
         study_dir, group = Path(self.cell_dirs[cell]), f"{cell}/{stage}"
-        points = bracketing.extend(study_dir, state, stage)
+        points = bracketing.extend(study_dir, state, stage, self.group_of.keys())
         if not points:
             return False
         space = studies.stage_space(state, stage)

@@ -19,7 +19,8 @@ grid is a set of labels, never extended):
   the stop is recorded, and the boundary warning (sptune.tune.records.boundary) stays only there.
 
 The edge is read from the values the stage has TRIED, not from the grid study.json lists (which the
-extension updates first): a driver that died between the two runs the recorded value on its resume. Only a
+extension updates first): a driver that died between the two runs the recorded value on its resume, and
+so does one that died while the value's trial ran, before Tune's next snapshot (`known`). Only a
 best at or past the declared grid's edge extends (a best next to a crashed grid value does not).
 study.json keeps every step (StudyState.extensions) and the grid with the new values, so the table, the
 boundary check and TensorBoard's HParams domains see the extended grid.
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection
 
 from sptune.errors import UserError
 from sptune.tune import spaces
@@ -41,10 +42,16 @@ DEFAULT_LIMITS = {"optim.lr": [1e-6, 1.0]}
 MAX_STEPS = 4  # beyond the declared grid, per parameter and side
 
 
-def extend(study_dir: Path, state: StudyState, stage: str) -> list[dict[str, Any]]:
+def extend(study_dir: Path, state: StudyState, stage: str, known: Collection[str]) -> list[dict[str, Any]]:
     """The stage's next points beyond its grid's edges (recorded in study.json), or [] when its best is
-    interior in every ordered parameter, or stopped (also recorded)."""
-    rows = [r for r in results.collect(study_dir) if r["stage"] == stage]
+    interior in every ordered parameter, or stopped (also recorded).
+
+    `known`: the ids of the trials the running engine proposed or restored. An unfinished trial not among
+    them was started by a killed driver after Tune's last snapshot, and the resumed run never heard of it:
+    its value counts as untried, so the round proposes it again and the trial continues in its directory
+    from its checkpoint (sptune.tune.trials.trainable.adopt_orphan)."""
+    rows = [r for r in results.collect(study_dir) if r["stage"] == stage
+            and not (r["status"] == "unfinished" and r["trial_id"] not in known)]
     best, _ = results.best_row(rows, stage)
     if best is None:
         return []
