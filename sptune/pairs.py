@@ -43,6 +43,10 @@ class Pair:
     scratch_best_step: int | None = None
     scratch_steps: int | None = None
     scratch_train_loss: float | None = None
+    # Each test example's outcome ('0'/'1', result.json's test_hits; accuracy tasks only): what the interval
+    # with test-set sampling resamples (sptune.stats.paired_with_test_sampling). Not in seeds.csv.
+    spt_hits: str | None = None
+    scratch_hits: str | None = None
 
     @property
     def complete(self) -> bool:
@@ -53,6 +57,7 @@ class Pair:
         return self.spt_test - self.scratch_test if self.complete else None
 
 
+HIT_FIELDS = ("spt_hits", "scratch_hits")  # one character per test example: summary.json keeps them, not seeds.csv
 LATE_FRACTION = 0.8  # a best step past 80% of the budget: the run may not have converged
 SEED_KEYS = ("run.seed", "pretrain.run.seed", "finetune.run.seed", "scratch.run.seed")
 
@@ -76,7 +81,9 @@ def of_seed(seed: int, selected: Mapping[str, Mapping[str, Any] | None], seconds
     get = lambda stage, key: (selected.get(stage) or {}).get(key)  # noqa: E731
     return Pair(seed, get("finetune", "test_metric"), get("scratch", "test_metric"), get("finetune", "best_val"),
                 get("scratch", "best_val"), get("pretrain", "best_val"), seconds, status,
-                **convergence("spt", runs.get("finetune")), **convergence("scratch", runs.get("scratch")))
+                **convergence("spt", runs.get("finetune")), **convergence("scratch", runs.get("scratch")),
+                spt_hits=(runs.get("finetune") or {}).get("test_hits"),
+                scratch_hits=(runs.get("scratch") or {}).get("test_hits"))
 
 
 def convergence(arm: str, result: dict[str, Any] | None) -> dict[str, Any]:
@@ -141,8 +148,21 @@ def table(pairs: Sequence[Pair], metric: str | None, title: str = "") -> str:
                      + (f"  [Student-t, {p.n - 1} dof]" if p.n > 1 else ""))
         if p.half_width is not None:
             lines.append(interval_verdict(p))
+        lines += test_sampling_lines(done, k)
     lines += late_lines(done)
     return "\n".join(lines)
+
+
+def test_sampling_lines(done: Sequence[Pair], k: float) -> list[str]:
+    """The same gain with an interval that also resamples the test examples (the seed interval is about this
+    one test set), where every seed's two runs kept their per-example outcomes."""
+    if len(done) < 2 or any(p.spt_hits is None or p.scratch_hits is None for p in done):
+        return []
+    try:
+        p = stats.paired_with_test_sampling([p.spt_hits for p in done], [p.scratch_hits for p in done])
+    except UserError as err:
+        return [f"with test-set sampling: none ({err})"]
+    return [f"with test-set sampling (seeds and test examples resampled): {stats.format_paired(p, k)}"]
 
 
 def late_lines(done: Sequence[Pair]) -> list[str]:
@@ -180,8 +200,8 @@ def interval_verdict(p: stats.Paired) -> str:
 
 def write_csv(pairs: Sequence[Pair], path: Path) -> Path:
     out = io.StringIO()
-    columns = [*asdict(pairs[0]).keys(), "gain"] if pairs else ["seed"]
-    writer = csv.DictWriter(out, fieldnames=columns)
+    columns = [*(k for k in asdict(pairs[0]) if k not in HIT_FIELDS), "gain"] if pairs else ["seed"]
+    writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore")
     writer.writeheader()
     for p in pairs:
         writer.writerow({**asdict(p), "gain": p.gain})

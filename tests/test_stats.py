@@ -1,6 +1,8 @@
 """sptune.stats: the paired Student-t interval every multi-seed output uses, against hand-computed values."""
 
 import math
+import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -188,3 +190,25 @@ def test_test_outcomes_of_different_test_sets_are_a_user_error():
         stats.paired_with_test_sampling(["1021", "0110"], ["1011", "0110"])
     with pytest.raises(ValueError, match="needs pairs"):
         stats.paired_with_test_sampling(["1011", "0110"], ["1011"])
+
+
+def test_seed_table_adds_the_interval_that_resamples_the_test_examples_where_runs_kept_them(tmp_path):
+    rng = random.Random(0)
+
+    def hits(p):  # 200 test examples, each right with probability p
+        return "".join("1" if rng.random() < p else "0" for _ in range(200))
+
+    seed_pairs = [pairs.Pair(s, None, None, spt_hits=hits(0.7), scratch_hits=hits(0.6)) for s in range(4)]
+    for p in seed_pairs:  # each run's accuracy is its hits' mean, as a run writes them
+        p.spt_test, p.scratch_test = p.spt_hits.count("1") / 200, p.scratch_hits.count("1") / 200
+    text = pairs.table(seed_pairs, "accuracy")
+    seeds_only = stats.paired_t([p.spt_test for p in seed_pairs], [p.scratch_test for p in seed_pairs])
+    both = stats.paired_with_test_sampling([p.spt_hits for p in seed_pairs], [p.scratch_hits for p in seed_pairs])
+    assert f"with test-set sampling (seeds and test examples resampled): {stats.format_paired(both, 100)}" in text
+    assert both.mean == pytest.approx(seeds_only.mean) and both.half_width >= seeds_only.half_width
+    assert "spt_hits" not in pairs.write_csv(seed_pairs, tmp_path / "s.csv").read_text()  # too long for a table
+    # A run without outcomes (an R² task, an older run): no such line; two test sets: none, and why.
+    assert "test-set sampling" not in pairs.table([*seed_pairs[:3], replace(seed_pairs[3], spt_hits=None)], "accuracy")
+    short = replace(seed_pairs[3], spt_hits=seed_pairs[3].spt_hits[:100], scratch_hits=seed_pairs[3].scratch_hits[:100])
+    assert "with test-set sampling: none (test outcomes of 100 and 200 examples" in pairs.table(
+        [*seed_pairs[:3], short], "accuracy")
