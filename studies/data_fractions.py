@@ -28,7 +28,7 @@ the same 5 lr values, 1e-3 ... 1e-1, and 200 steps for both); pretraining runs i
 200 steps at every fraction, as the paper fixes pretraining steps across fractions. Budget first: `--cpu
 --plan`. Measured: 55 min 48 s on a 2-core CPU (docs/results.md); directory runs/experiments/data_fractions-cpu.
 
-Smoke test: listops-mini (tokens) stands in for Text and pathfinder-mini (pixels) for Image, with a
+Smoke test: listops-mini (tokens) stands in for Text and pathfinder-tiny (pixels) for Image, with a
 1-layer, d_model-16 S4, 15 pretraining steps at every fraction, 15 finetuning / scratch steps.
 """
 

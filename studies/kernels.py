@@ -17,8 +17,8 @@ Nuisance: the pretraining lr x batch size (Appendix C.1 grid, Table 5's S4 + SPT
 searched with Ray Tune + Optuna; the best pretraining trial's checkpoint is analysed.
 Fixed: S4 models of the S4 configs (bidirectional, HiPPO-LegS), masked SPT with each task's mask ratio.
 
-Smoke test: listops-mini stands in for ListOps and pathfinder-mini for PathX (2D: grid lines mark its
-32-pixel rows as Figure 4 does for PathX's 128), a 2-layer d_model-16 S4, 15 pretraining steps.
+Smoke test: listops-mini stands in for ListOps and pathfinder-tiny for PathX (2D: grid lines mark its
+16-pixel rows as Figure 4 does for PathX's 128), a 2-layer d_model-16 S4, 15 pretraining steps.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from sptune.experiments.plan import Cell, Plan
 
 EXPERIMENT = "kernels"
 TASKS = ("image", "text", "pathx", "listops")  # Figure 4's panels
-SMOKE = {"listops": "listops-mini", "pathx": "pathfinder-mini"}
+SMOKE = {"listops": "listops-mini", "pathx": "pathfinder-tiny"}
 
 
 def build(args) -> Plan:

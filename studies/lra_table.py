@@ -4,8 +4,8 @@
     resume:  python studies/lra_table.py                      # the same command: finished cells are skipped,
                                                               # unfinished ones continue from their checkpoints
     report:  sptune report runs/experiments/lra_table             # table + plots again, no training
-    smoke:   python studies/lra_table.py --smoke-test         # 40 s on a 2-core CPU (measured), plus ~40-70 s
-                                                              # once per cache to generate pathfinder-mini
+    smoke:   python studies/lra_table.py --smoke-test         # 35 s on a 2-core CPU (measured), plus ~10 s
+                                                              # once per cache to generate pathfinder-tiny
     GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>   # Tune places one trial per GPU
 
 Scientific axis: architecture x initialization x objective, per task. Rows, as in the paper:
@@ -25,7 +25,7 @@ ListOps: the LRA release (task listops-lra) when `sptune data verify listops-lra
 generated listops; the script prints which, and the table's notes and results.csv (task) record it.
 Averages as the paper computes them: mean over the row's LRA tasks, PathX-256 left out (Table 2).
 
-Smoke test: listops-mini stands in for ListOps and pathfinder-mini for Pathfinder; every row runs on
+Smoke test: listops-mini stands in for ListOps and pathfinder-tiny for Pathfinder; every row runs on
 both with a 1-layer, d_model-16 model, 15 steps per stage, no search (plain backend).
 """
 

@@ -18,7 +18,7 @@ inputs); Transformers of Table 4 (sCIFAR = the Image setup, C.1.6), block attent
 targets scaled to [-1, 1] by the task (C.3); epochs of the S4 configs (SC 40, sCIFAR 200, BIDMC 500).
 
 Smoke test: the data of these tasks is not in the repository, so the smoke test SUBSTITUTES embedded
-tasks: listops-mini for Speech Commands (causal and bidirectional columns) and pathfinder-mini for
+tasks: listops-mini for Speech Commands (causal and bidirectional columns) and pathfinder-tiny for
 sCIFAR. BIDMC is regression (R²) and no embedded task is one, so its columns are not run in the smoke
 test. Numbers from the smoke test say nothing about these modalities.
 """
@@ -36,7 +36,7 @@ EXPERIMENT = "modalities"
 COLUMNS = {
     "SC-Causal": ("speech-commands", True, "listops-mini"),
     "SC-Bi.": ("speech-commands", False, "listops-mini"),
-    "sCIFAR": ("scifar", False, "pathfinder-mini"),
+    "sCIFAR": ("scifar", False, "pathfinder-tiny"),
     "BIDMC-HR": ("bidmc-hr", False, None),
     "BIDMC-RR": ("bidmc-rr", False, None),
     "BIDMC-SpO2": ("bidmc-spo2", False, None),
@@ -74,7 +74,7 @@ def build(args) -> Plan:
              "a causal model see the future in training mode.",
              *paper.TABLE_3.notes]
     if args.smoke_test:
-        notes.insert(0, "SMOKE TEST SUBSTITUTES: listops-mini for Speech Commands, pathfinder-mini for sCIFAR; "
+        notes.insert(0, "SMOKE TEST SUBSTITUTES: listops-mini for Speech Commands, pathfinder-tiny for sCIFAR; "
                         "BIDMC (regression, R²) has no embedded stand-in and is not run.")
     return Plan(
         experiment=EXPERIMENT, title="SPT on other modalities: Speech Commands, sCIFAR, BIDMC (§3.7, Table 3)",

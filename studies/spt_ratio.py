@@ -24,7 +24,7 @@ S4D, a budget of 400 steps (the main job's pretraining + finetuning under its fi
 0/20/40/60%, no early stopping, confirmation seeds 1-5 by default. Each stage's lr is the one the selection
 seed 0 chose under that first budget (settings.FIRST_SELECTED_LR), not searched, as above.
 
-Smoke test: listops-mini stands in for Text and pathfinder-mini for Image, a budget of 20 steps
+Smoke test: listops-mini stands in for Text and pathfinder-tiny for Image, a budget of 20 steps
 (pretraining 4 / 8 / 12), 1-layer d_model-16 models.
 """
 

@@ -2,7 +2,7 @@
 entry, the table and plots written, Ray Tune behind one study, and a killed study resumed.
 
 Measured on a 2-core CPU: about 4 minutes for the whole file, most of it the six studies' training
-(pathfinder-mini is generated once per session into the session's cache, ~1 minute).
+(pathfinder-tiny is generated once per session into the session's cache, ~10 s).
 """
 
 import csv
@@ -22,7 +22,7 @@ PLOTS = {  # study -> the PNGs its report must write
     "data_fractions": {"fractions.png"},
     "model_sizes": {"sizes.png"},
     "spt_ratio": {"shares.png"},
-    "kernels": {"kernels-listops-mini-for-listops.png", "kernels-pathfinder-mini-for-pathx.png"},
+    "kernels": {"kernels-listops-mini-for-listops.png", "kernels-pathfinder-tiny-for-pathx.png"},
     "modalities": {"bars.png"},
 }
 

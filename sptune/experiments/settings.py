@@ -32,8 +32,8 @@ SMOKE_POINT = {"optim.lr": 1e-3, "optim.batch_size": 16}  # every stage, no sear
 
 # Embedded tasks standing in for the paper's in smoke tests: tokens for text-like, pixels for image-like.
 STAND_IN = {"listops": "listops-mini", "text": "listops-mini", "retrieval": "listops-mini",
-            "speech-commands": "listops-mini", "image": "pathfinder-mini", "pathfinder": "pathfinder-mini",
-            "pathx": "pathfinder-mini", "scifar": "pathfinder-mini"}
+            "speech-commands": "listops-mini", "image": "pathfinder-tiny", "pathfinder": "pathfinder-tiny",
+            "pathx": "pathfinder-tiny", "scifar": "pathfinder-tiny"}
 
 # Ours, not the paper's: validation and checkpoint cadence of the real grids.
 EVAL_EVERY = 1000
