@@ -4,7 +4,7 @@
     resume:  python studies/data_fractions.py                 # the same command; finished cells are skipped
     report:  sptune report runs/experiments/data_fractions
              sptune report runs/experiments/data_fractions-cpu       # the --cpu variant
-    smoke:   python studies/data_fractions.py --smoke-test    # 25 s on a 2-core CPU (measured)
+    smoke:   python studies/data_fractions.py --smoke-test    # 20 s on a 2-core CPU (measured)
     CPU:     python studies/data_fractions.py --cpu           # the main job's task and S4D, on 2 CPU cores
     GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>
 

@@ -4,8 +4,8 @@
     resume:  python studies/lra_table.py                      # the same command: finished cells are skipped,
                                                               # unfinished ones continue from their checkpoints
     report:  sptune report runs/experiments/lra_table             # table + plots again, no training
-    smoke:   python studies/lra_table.py --smoke-test         # 35 s on a 2-core CPU (measured), plus ~10 s
-                                                              # once per cache to generate pathfinder-tiny
+    smoke:   python studies/lra_table.py --smoke-test         # 32 s on a 2-core CPU (measured), ~10 s of it
+                                                              # generating pathfinder-tiny, once per cache
     GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>   # Tune places one trial per GPU
 
 Scientific axis: architecture x initialization x objective, per task. Rows, as in the paper:

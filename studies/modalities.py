@@ -3,7 +3,7 @@
     launch:  python studies/modalities.py                     # needs the data: `sptune data list`
     resume:  python studies/modalities.py                     # the same command; finished cells are skipped
     report:  sptune report runs/experiments/modalities
-    smoke:   python studies/modalities.py --smoke-test        # 20 s on a 2-core CPU (measured)
+    smoke:   python studies/modalities.py --smoke-test        # 13 s on a 2-core CPU (measured)
     GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>
 
 Scientific axis: task (SC causal, SC bidirectional, sCIFAR, BIDMC HR / RR / SpO2) x model (S4,

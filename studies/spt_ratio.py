@@ -4,7 +4,7 @@
     resume:  python studies/spt_ratio.py                      # the same command; finished cells are skipped
     report:  sptune report runs/experiments/spt_ratio
              sptune report runs/experiments/spt_ratio-cpu       # the --cpu variant
-    smoke:   python studies/spt_ratio.py --smoke-test         # 35 s on a 2-core CPU (measured)
+    smoke:   python studies/spt_ratio.py --smoke-test         # 17 s on a 2-core CPU (measured)
     CPU:     python studies/spt_ratio.py --cpu                # the main job's task and models, on 2 CPU cores
     GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>
 

@@ -358,7 +358,9 @@ def generate(n: int, resolution: int = 32, seed: int = 0, contour_length: int = 
     per 1000 images, since a process costs ~2 s to start): pathfinder-mini's 5000 images take
     ~45 s in one process on a 2-core CPU.
     """
-    workers = workers or min(len(os.sched_getaffinity(0)), n // 1000)
+    # The CPUs this process may run on (macOS has no affinity call: all of them).
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    workers = workers or min(cpus, n // 1000)
     if workers <= 1:
         images = _draw(0, n, resolution, seed, contour_length)
     else:
