@@ -3,14 +3,13 @@ best sits at, its spacing and its limits, a study whose lr grid sits far below t
 and one killed during an extension round resuming it."""
 
 import csv
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
-from ray_fixtures import CONFIG, TINY, ray_instance, sptune_env  # noqa: F401 (fixture)
+from ray_fixtures import CONFIG, TINY, ray_instance  # noqa: F401 (fixture)
+from test_resume_study import midway, sptune
 
 from sptune import files
 from sptune.errors import UserError
@@ -122,19 +121,19 @@ def test_a_study_killed_during_an_extension_round_resumes_it(tmp_path, ray_insta
     (tmp_path / "space.yaml").write_text(yaml.safe_dump(space))
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     study_dir, address = tmp_path / "study", ray_instance.get_runtime_context().gcs_address
-    driver_proc = sptune("study", tmp_path / "config.yaml", *TINY[:4], "task.max_val_examples=32", "--search-space",
-                         tmp_path / "space.yaml", "--dir", study_dir, "--address", address, "--quiet")
+    procs = [sptune("study", tmp_path / "config.yaml", *TINY[:4], "task.max_val_examples=32", "--search-space",
+                    tmp_path / "space.yaml", "--dir", study_dir, "--address", address, "--quiet")]
     try:
-        caught, seen_step = wait_for_a_midway_extension_trial(study_dir, driver_proc)
-        driver_proc.kill()
-        driver_proc.wait(timeout=30)
-        resumed = sptune("resume", study_dir, "--address", address, "--quiet")
-        output = resumed.communicate(timeout=300)[0]
+        caught, seen_step = wait_for_a_midway_extension_trial(study_dir, procs[0])
+        procs[0].kill()
+        procs[0].wait(timeout=30)
+        procs.append(sptune("resume", study_dir, "--address", address, "--quiet"))
+        output = procs[1].communicate(timeout=300)[0]
     finally:
-        for proc in (driver_proc, *([resumed] if "resumed" in locals() else [])):
+        for proc in procs:
             if proc.poll() is None:
                 proc.kill()
-    assert resumed.returncode == 0, output[-3000:]
+    assert procs[1].returncode == 0, output[-3000:]
 
     rows = results.collect(study_dir)
     assert all(r["status"] == "completed" for r in rows), rows
@@ -149,22 +148,15 @@ def test_a_study_killed_during_an_extension_round_resumes_it(tmp_path, ray_insta
     assert f"{stage} grid extension: optim.lr above to 9e-05" in results.summary(study_dir)
 
 
-def sptune(*args):
-    return subprocess.Popen([sys.executable, "-m", "sptune.cli", *map(str, args)], env=sptune_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-
-
 def wait_for_a_midway_extension_trial(study_dir, proc, timeout=240):
     """((stage, lr), step) of a trial beyond the declared grid with a checkpoint past step 20 and no result."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.stdout.read()[-3000:]
-        for run in sorted(study_dir.glob("*/*/trial.json")):
-            trial, progress = files.read_json(run), run.parent / "progress.json"
-            lr = float(trial["params"]["optim.lr"])
-            if lr > 3e-5 and progress.is_file() and not (run.parent / "result.json").is_file():
-                step = files.read_json(progress)["step"]
-                if step >= 20:
-                    return (run.parent.parent.name, lr), step
+        for stage in ("finetune", "scratch"):
+            for run in midway(study_dir, stage):
+                lr = float(files.read_json(run / files.TRIAL)["params"]["optim.lr"])
+                if lr > 3e-5:
+                    return (stage, lr), files.read_json(run / files.PROGRESS)["step"]
         time.sleep(0.1)
     raise AssertionError("no extension trial was ever caught mid-way")

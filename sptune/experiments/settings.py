@@ -19,10 +19,12 @@ from sptune.experiments import paper
 from sptune.tune import spaces
 
 # ----------------------------------------------------------------------------- smoke scale
-# d_model 16, one layer, 15 steps per stage, 32 validation and 64 test examples: every experiment in minutes on 2 CPU cores.
+# d_model 16, one layer, 15 steps per stage, 32 validation and 64 test examples: every experiment in minutes on
+# 2 CPU cores.
 SMOKE_STEPS = 15
 SMOKE_COMMON = ["model.d_model=16", "model.n_layers=1", f"optim.max_steps={SMOKE_STEPS}", "optim.eval_every=5",
-                "optim.warmup_steps=0", "task.max_val_examples=32", "task.max_test_examples=64", "optim.weight_decay=0.0",
+                "optim.warmup_steps=0", "task.max_val_examples=32", "task.max_test_examples=64",
+                "optim.weight_decay=0.0",
                 # one torch thread: tiny models on a shared 2-core machine run 2-4x faster than with two
                 "run.num_threads=1"]
 SMOKE_MODEL = {"transformer": ["model.n_heads=2", "model.d_ff=32"],
