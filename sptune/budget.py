@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import torch
 import yaml
 
+from sptune import folds
 from sptune.config import STAGES, Config, OptimConfig, RunConfig, TaskConfig, from_dict, merge
 from sptune.errors import UserError
 from sptune.tasks.base import SPECIAL_TOKENS, Split
@@ -140,6 +141,7 @@ def trial_cost(cfg: Config, stage: str, sizes: dict[str, int]) -> tuple[int, flo
     """(steps, training FLOPs, evaluation FLOPs) of one trial."""
     from sptune.data import examples_seen, fraction_size, stage_steps
 
+    sizes = folds.sizes(sizes, cfg.task.val_folds, cfg.task.val_fold)
     n_train = fraction_size(sizes["train"], cfg.task.train_fraction)
     steps = stage_steps(cfg.optim.max_steps, cfg.optim.epochs, cfg.optim.batch_size, n_train)
     # Only the shapes matter: one count per model and task, whatever the trial's lr, batch size or seed.

@@ -27,6 +27,10 @@ class TaskConfig:
     train_fraction: float = 1.0  # nested subsets: prefixes of one fixed permutation (Appendix C.1.4)
     max_val_examples: int = 0  # 0 = the whole validation split (cap it for quick runs)
     max_test_examples: int = 0  # 0 = the whole test split
+    # Cross-validated selection (sptune.data.cross_validation): k >= 2 pools train and val into k stratified
+    # folds; fold `val_fold` validates and the rest trains. 0: the task's own validation split.
+    val_folds: int = 0
+    val_fold: int = 0
 
 
 @dataclass
@@ -266,6 +270,10 @@ def validate(cfg: Config) -> None:
     if cfg.optim.patience % cfg.optim.eval_every:
         raise UserError(f"optim.patience={cfg.optim.patience} is not a multiple of optim.eval_every="
                         f"{cfg.optim.eval_every}; patience counts steps between evaluations")
+    folds, fold = cfg.task.val_folds, cfg.task.val_fold
+    if folds == 1 or folds < 0 or not 0 <= fold < max(folds, 1):
+        raise UserError(f"task.val_folds={folds}, task.val_fold={fold}: val_folds is 0 (the task's validation split) "
+                        f"or k >= 2 folds, and val_fold one of 0..k-1")
     if not 0.0 < cfg.task.train_fraction <= 1.0:
         raise UserError(f"task.train_fraction={cfg.task.train_fraction} must be in (0, 1]")
     ratio = cfg.objective.mask_ratio

@@ -35,8 +35,9 @@ BOOKKEEPING = ("run.out_dir", "run.name", "run.progress", "run.resume", "run.num
 # dirs and their names from before these settings existed stay valid.
 EXECUTION_DEFAULTS = {"optim.accumulate": 1, "run.compile": False}
 # Fields added after run directories existed, each at the default that reproduces those runs: fingerprinted
-# only when set, so the older directories (and their names) stay valid. optim.patience (early stopping) off.
-ADDED_DEFAULTS = {"optim.patience": 0}
+# only when set, so the older directories (and their names) stay valid. optim.patience (early stopping) off;
+# task.val_folds 0 (the task's own validation split).
+ADDED_DEFAULTS = {"optim.patience": 0, "task.val_folds": 0, "task.val_fold": 0}
 # Shown in a mismatch message; the rest are counted.
 MAX_LISTED = 6
 

@@ -10,6 +10,9 @@ per stage) ask this module which stage waits for which and which candidate is se
 
 Selection (sptune.selection): among a stage's completed candidates, the higher validation metric, a tie
 (within the metric's resolution) broken by the lower validation loss, then by order. Test is never read.
+A cross-validated stage (sptune.folds: candidates carry `task.val_fold`) compares settings by their mean over
+the folds; only settings with the most completed folds compete (a fold that crashed does not let a setting be
+judged on its easier folds), and the selected setting's lowest completed fold stands for it.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from sptune import files, selection
+from sptune import files, folds, selection
 from sptune.config import STAGES
 
 # stage -> the stage whose selected candidate it starts from
@@ -51,7 +54,26 @@ def select(candidates: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any] |
     done = [c for c in candidates if completed(c) and _number(c.get("best_val"))]
     # Candidates of a stage share the validation set; the smallest resolution is the safe one if they did not.
     tol = min((selection.tolerance(c["metric"], c.get("val_targets")) for c in done), default=0.0)
+    if any(folds.FOLD_KEY in c for c in done):
+        return _select_setting(done, tol)
     return selection.select(done, lambda c: (c["best_val"], c.get("best_val_loss")), tol)
+
+
+def _select_setting(done: list[Mapping[str, Any]], tol: float) -> tuple[Mapping[str, Any] | None, str]:
+    """The best setting of a cross-validated stage by its mean over folds, as its lowest completed fold."""
+    groups: dict[tuple, list[Mapping[str, Any]]] = {}
+    for candidate in done:
+        groups.setdefault(folds.setting(candidate), []).append(candidate)
+    most = max(len(group) for group in groups.values())
+    full = [sorted(g, key=lambda c: c[folds.FOLD_KEY]) for g in groups.values() if len(g) == most]
+    # A mean of `most` accuracies moves in steps `most` times finer than one fold's.
+    winner, how = selection.select(full, lambda g: (_mean([c["best_val"] for c in g]),
+                                                    _mean([c.get("best_val_loss") for c in g])), tol / most)
+    return (winner[0] if winner else None), f"{how} (means over {most} folds)"
+
+
+def _mean(values: list[Any]) -> float | None:
+    return sum(values) / len(values) if all(_number(v) for v in values) else None
 
 
 def init_checkpoint(selected_run_dir: str | Path) -> Path:

@@ -32,6 +32,7 @@ from sptune.config import STAGES, Config
 from sptune.data import (Prefetcher, batch, eval_batches, example_draw, step_draw, stage_steps, train_batch_index,
                          train_batch_size, train_fraction)
 from sptune.errors import UserError
+from sptune.folds import cross_validation
 from sptune.models.backbone import SequenceModel, drop_mask_channel
 from sptune.objectives import Denoising, MaskDraw, Metric, causal_denoising, denoising_loss, masked_denoising
 from sptune.registry import check_names, get_task
@@ -107,8 +108,10 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
     run = set_up(cfg, stage, init_from, run_dir, restart, train_device)
     cfg = run.cfg
 
-    # 2. Data: the task's splits, the training fraction (nested prefixes of one permutation).
-    splits = run.task.load(cfg.task.data_dir or None, seed=cfg.run.seed)
+    # 2. Data: the task's splits (or a cross-validation fold of train + val: sptune.folds), the training
+    #    fraction (nested prefixes of one permutation).
+    splits = cross_validation(run.task.load(cfg.task.data_dir or None, seed=cfg.run.seed), cfg.task.val_folds,
+                              cfg.task.val_fold)
     train_split = train_fraction(splits["train"], cfg.task.train_fraction)
 
     # 3. Model: pretraining head, or the task head (finetune loads the pretrained backbone); its FLOPs.

@@ -31,6 +31,8 @@ class Options:
     extend_grids: bool | None = None
     sampler: str | None = None
     seed: int | None = None
+    # k >= 2: finetuning and scratch select by the mean over k validation folds of train + val (sptune.folds)
+    val_folds: int | None = None
     max_failures: int = 2
     train_path: str = "auto"  # "auto" | "direct" | "train"
     smoke: bool = False  # `sptune study --smoke`: tiny model, 8 steps, 2 trials per stage
@@ -54,6 +56,7 @@ class Resolved:
     extend_grids: bool = False  # grids extend past an edge the best sits at (sptune.tune.records.bracketing)
     sampler: str
     seed: int
+    val_folds: int = 0  # 0: the task's validation split; k: every finetuning / scratch setting on k folds
     max_failures: int
     smoke: bool
     logger: str = "tensorboard"
@@ -90,6 +93,10 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sampler", choices=SAMPLERS,
                         help="Optuna sampler (auto: brute force for categorical grids, TPE otherwise)")
     parser.add_argument("--seed", type=int, help="sampler seed")
+    parser.add_argument("--val-folds", type=int, metavar="K",
+                        help="select finetuning and scratch settings by their mean validation metric over K "
+                             "stratified folds of train + val (each setting trains K times; ASHA off), not on "
+                             "the task's one validation split")
     parser.add_argument("--max-failures", type=int, default=defaults.max_failures,
                         help="retries of a crashed trial (from its checkpoint)")
     parser.add_argument("--train-path", choices=PATHS, default=defaults.train_path,

@@ -21,6 +21,7 @@ stage ends (sptune.tune.trials.stopped).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.resources
 import itertools
 import math
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sptune import folds
 from sptune.config import STAGES, from_dict, read_yaml
 from sptune.errors import UserError
 from sptune.registry import check_names
@@ -194,8 +196,11 @@ def check_value(where: str, key: str, value: Any) -> None:
     section, dot, name = key.partition(".")
     if not dot or "." in name:
         raise UserError(f"{where}.params: '{key}' must be a flattened config key section.field (e.g. optim.lr)")
+    # A fold is valid only beside a fold count (the stage config's task.val_folds): checked as one of enough.
+    fields = {name: value} | ({"val_folds": max(2, value + 1)} if key == folds.FOLD_KEY and isinstance(value, int)
+                              else {})
     try:
-        check_names(from_dict({section: {name: value}}))
+        check_names(from_dict({section: fields}))
     except UserError as exc:
         raise UserError(f"{where}.params.{key}: {exc}") from None
 
@@ -254,8 +259,25 @@ def check_rungs(asha: dict[str, Any], max_steps: dict[int, int], eval_every: int
 
 
 def trial_count(stage: StageSpace, requested: int) -> int:
-    """A categorical grid has finitely many points: asking for more would repeat some."""
+    """A categorical grid has finitely many points: asking for more would repeat some. A cross-validated
+    stage runs each of the `requested` settings on every fold."""
+    requested *= len(stage.params.get(folds.FOLD_KEY, [0]))
     return min(requested, stage.grid_size) if stage.categorical else requested
+
+
+def cross_validated(space: SearchSpace, k: int) -> SearchSpace:
+    """`space` with a fold axis (sptune.folds) on the finetuning and scratch grids: every setting, and every
+    listed point, once per fold."""
+    stages = dict(space.stages)
+    for name in folds.FOLDED_STAGES:
+        stage = stages.get(name)
+        if stage is None:
+            continue
+        if folds.FOLD_KEY in stage.params:
+            raise UserError(f"{space.path}: stages.{name} searches {folds.FOLD_KEY} itself; drop it or --val-folds")
+        stages[name] = StageSpace(params={**stage.params, folds.FOLD_KEY: list(range(k))},
+                                  points=[{**p, folds.FOLD_KEY: i} for p in stage.points for i in range(k)])
+    return dataclasses.replace(space, stages=stages)
 
 
 def grid_points(stage: StageSpace) -> list[dict[str, Any]]:

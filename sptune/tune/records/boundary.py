@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from sptune.config import STAGES
+from sptune.folds import FOLD_KEY
 from sptune.tune.records.trial_rows import TrialRow
 
 
@@ -49,9 +50,10 @@ def edge_note(key: str, value: Any, values: Any) -> str | None:
 
 
 def ordered_grid(key: str, values: Any) -> bool:
-    """A grid of two or more numbers whose order means something: not seeds (run.seed), which are labels."""
+    """A grid of two or more numbers whose order means something: not seeds (run.seed) or validation folds
+    (sptune.folds), which are labels."""
     return (isinstance(values, list) and len(values) >= 2 and all(number(v) for v in values)
-            and not key.endswith("seed"))
+            and not key.endswith("seed") and key != FOLD_KEY)
 
 
 def number(value: Any) -> bool:

@@ -10,10 +10,11 @@ extends the grid itself:
     declared lr grid {1e-5, 3e-5}, best 3e-5  ->  run 9e-5 (spacing x3); best 9e-5 -> run 2.7e-4; ...
 
 Rules, for every listed numeric parameter of two or more values (a one-value grid is a fixed setting; a seed
-grid is a set of labels, never extended):
+or fold grid is a set of labels, never extended):
 - the step is the declared grid's spacing: its mean ratio when every value is positive (lr, batch size; a
   half-decade grid 1e-4, 3e-4, 1e-3 steps by sqrt(10)), else its mean difference; integer grids stay integers;
-- the new point is the best trial's point with that one parameter moved; parameters at an edge each get one;
+- the new point is the best trial's point with that one parameter moved; parameters at an edge each get one
+  (on every fold, in a cross-validated stage: sptune.folds);
 - it stops at the search space's `limits:` (e.g. `optim.lr: [1.0e-6, 1.0e-1]`; lr defaults to
   DEFAULT_LIMITS), at a value the config rejects, or after MAX_STEPS beyond the declared grid on one side;
   the stop is recorded, and the boundary warning (sptune.tune.records.boundary) stays only there.
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any, Collection
 
 from sptune.errors import UserError
+from sptune.folds import FOLD_KEY
 from sptune.tune import spaces
 from sptune.tune.records import results, study_state
 from sptune.tune.records.boundary import number, ordered_grid
@@ -73,7 +75,8 @@ def extend(study_dir: Path, state: StudyState, stage: str, known: Collection[str
         if value not in grid:
             grid.append(value)
             record(state, stage, {"param": key, "side": side, "value": value})
-        points.append(point)
+        points += [point | {FOLD_KEY: fold} for fold in stage_space["params"][FOLD_KEY]] \
+            if FOLD_KEY in stage_space["params"] else [point]
     study_state.save(study_dir, state)
     return points
 
@@ -135,4 +138,5 @@ def max_extra_trials(state: StudyState, stage: str) -> int:
     if not state.options.extend_grids:
         return 0
     params = state.space["stages"][stage]["params"]
-    return 2 * MAX_STEPS * sum(ordered_grid(key, grid) for key, grid in params.items())
+    return 2 * MAX_STEPS * sum(ordered_grid(key, grid) for key, grid in params.items()) * \
+        len(params.get(FOLD_KEY, [0]))  # a cross-validated stage runs each new value on every fold

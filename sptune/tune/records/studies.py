@@ -34,7 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from sptune import files, protocol
+from sptune import files, folds, protocol
 from sptune.config import STAGES
 from sptune.config import load as load_config
 from sptune.errors import UserError
@@ -90,6 +90,10 @@ def resolve(config_path: str | None, overrides: list[str], space_path: str | Non
     if missing:
         raise UserError(f"{space.path} has no grid for stage(s) {', '.join(missing)}; a study searches all three")
     resolved = resolve_options(options, space)
+    if resolved.val_folds:
+        space = spaces.cross_validated(space, resolved.val_folds)
+        for stage in folds.FOLDED_STAGES:
+            stages[stage]["task"]["val_folds"] = resolved.val_folds
     try:
         for stage in STAGES if check_rungs else ():
             if spaces.stage_asha(resolved, spaces.trial_count(space.stages[stage], resolved.num_samples)):
@@ -129,9 +133,15 @@ def resolve_options(options: Options, space: spaces.SearchSpace) -> Resolved:
     def pick(value: Any, key: str, default: float) -> Any:  # the command line, else the search space
         return value if value is not None else resources.get(key, default)
 
-    asha = None if options.asha is False else space.asha
+    k = options.val_folds or 0
+    if k < 0 or k == 1:
+        raise UserError(f"--val-folds {k}: give K >= 2 folds (or leave it out: the task's validation split)")
+    if k and options.asha:
+        raise UserError("--asha compares trials at its rungs, and with --val-folds they validate on different "
+                        "folds: drop one of them")
+    asha = None if options.asha is False or k else space.asha
     asked = options.asha is not None or space.asha is not None
-    if asha is None and options.asha is not False:  # --asha without settings in the file, or the default
+    if asha is None and options.asha is not False and not k:  # --asha without settings, or the default
         asha = dict(spaces.DEFAULT_ASHA)
     workers = int(pick(options.workers, "workers", 1))
     cpus, gpus = float(pick(options.cpus_per_worker, "cpus_per_worker", 1)), float(pick(options.gpus_per_worker,
@@ -153,6 +163,7 @@ def resolve_options(options: Options, space: spaces.SearchSpace) -> Resolved:
         asha_min_trials=0 if asked else spaces.ASHA_MIN_TRIALS,
         extend_grids=extend_grids(options, space),
         sampler=options.sampler or space.sampler, seed=space.seed if options.seed is None else options.seed,
+        val_folds=k,
         max_failures=options.max_failures, smoke=options.smoke, logger=options.logger,
         path=choose_path(workers, gpus, options.train_path))
 
