@@ -27,7 +27,7 @@ class TaskConfig:
     train_fraction: float = 1.0  # nested subsets: prefixes of one fixed permutation (Appendix C.1.4)
     max_val_examples: int = 0  # 0 = the whole validation split (cap it for quick runs)
     max_test_examples: int = 0  # 0 = the whole test split
-    # Cross-validated selection (sptune.data.cross_validation): k >= 2 pools train and val into k stratified
+    # Cross-validated selection (sptune.folds): k >= 2 pools train and val into k stratified
     # folds; fold `val_fold` validates and the rest trains. 0: the task's own validation split.
     val_folds: int = 0
     val_fold: int = 0

@@ -54,7 +54,7 @@ def select(candidates: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any] |
     done = [c for c in candidates if completed(c) and _number(c.get("best_val"))]
     # Candidates of a stage share the validation set; the smallest resolution is the safe one if they did not.
     tol = min((selection.tolerance(c["metric"], c.get("val_targets")) for c in done), default=0.0)
-    if any(folds.FOLD_KEY in c for c in done):
+    if any(c.get(folds.FOLD_KEY) not in (None, "") for c in done):  # a table's empty cell is no fold
         return _select_setting(done, tol)
     return selection.select(done, lambda c: (c["best_val"], c.get("best_val_loss")), tol)
 

@@ -14,7 +14,7 @@ from sptune.errors import UserError
 from sptune.tasks.base import Split
 from sptune.tune import spaces
 from sptune.tune.engine import driver
-from sptune.tune.records import boundary, studies
+from sptune.tune.records import boundary, bracketing, studies
 
 
 def splits(n_train=23, n_val=9, classes=3):
@@ -86,6 +86,17 @@ def test_a_study_with_folds_searches_every_setting_on_every_fold_without_asha():
         studies.resolve(str(CONFIG), TINY, options=studies.Options(val_folds=3, asha=True))
     with pytest.raises(UserError, match="K >= 2"):
         studies.resolve(str(CONFIG), TINY, options=studies.Options(val_folds=1))
+
+
+def test_a_setting_missing_a_fold_is_run_on_it_before_any_extension():
+    """A killed driver's extension trial that the resumed engine never knew is left out of the rows
+    (bracketing.extend's `known`): its setting's mean waits for that fold, which the next round runs."""
+    params = {"optim.lr": [1e-3, 3e-3, 9e-3], "optim.batch_size": [8], folds.FOLD_KEY: [0, 1]}
+    rows = [{"optim.lr": lr, "optim.batch_size": 8, folds.FOLD_KEY: f} for lr in (1e-3, 3e-3) for f in (0, 1)]
+    assert bracketing.missing_folds(rows, params) == []
+    rows.append({"optim.lr": 9e-3, "optim.batch_size": 8, folds.FOLD_KEY: 0})
+    assert bracketing.missing_folds(rows, params) == [{"optim.lr": 9e-3, "optim.batch_size": 8, folds.FOLD_KEY: 1}]
+    assert bracketing.missing_folds(rows, {"optim.lr": [1e-3, 3e-3, 9e-3]}) == []  # no folds: nothing to fill
 
 
 @pytest.mark.slow  # ~1 min: 1 pretraining trial, then finetune and scratch on 2 folds, each extending its grid

@@ -54,10 +54,13 @@ def extend(study_dir: Path, state: StudyState, stage: str, known: Collection[str
     from its checkpoint (sptune.tune.trials.trainable.adopt_orphan)."""
     rows = [r for r in results.collect(study_dir) if r["stage"] == stage
             and not (r["status"] == "unfinished" and r["trial_id"] not in known)]
+    stage_space = state.space["stages"][stage]
+    unrun = missing_folds(rows, stage_space["params"])
+    if unrun:  # a setting's other folds ran: its mean waits for these (their trials continue where they were)
+        return unrun
     best, _ = results.best_row(rows, stage)
     if best is None:
         return []
-    stage_space = state.space["stages"][stage]
     points = []
     for key, grid in stage_space["params"].items():
         declared = declared_grid(state, stage, key, grid)
@@ -79,6 +82,19 @@ def extend(study_dir: Path, state: StudyState, stage: str, known: Collection[str
             if FOLD_KEY in stage_space["params"] else [point]
     study_state.save(study_dir, state)
     return points
+
+
+def missing_folds(rows: list[dict[str, Any]], params: dict[str, Any]) -> list[dict[str, Any]]:
+    """In a cross-validated stage (sptune.folds), the points of settings that ran on some folds but not on all:
+    an extension trial a killed driver started after Tune's last snapshot (see `known`) leaves its fold out."""
+    if FOLD_KEY not in params:
+        return []
+    keys = [k for k in params if k != FOLD_KEY]
+    ran: dict[tuple, set[Any]] = {}
+    for row in rows:
+        ran.setdefault(tuple(row.get(k) for k in keys), set()).add(row.get(FOLD_KEY))
+    return [dict(zip(keys, setting)) | {FOLD_KEY: fold} for setting, have in ran.items()
+            for fold in params[FOLD_KEY] if fold not in have]
 
 
 def edge_side(best: float, tried: list[float], declared: list[Any]) -> str | None:
