@@ -69,7 +69,9 @@ def _select_setting(done: list[Mapping[str, Any]], tol: float) -> tuple[Mapping[
     # A mean of `most` accuracies moves in steps `most` times finer than one fold's.
     winner, how = selection.select(full, lambda g: (_mean([c["best_val"] for c in g]),
                                                     _mean([c.get("best_val_loss") for c in g])), tol / most)
-    return (winner[0] if winner else None), f"{how} (means over {most} folds)"
+    if winner is None:
+        return None, how
+    return winner[0], f"{how} (mean {_mean([c['best_val'] for c in winner]):.4f} over {most} folds)"
 
 
 def _mean(values: list[Any]) -> float | None:

@@ -57,7 +57,7 @@ def test_selection_takes_the_best_mean_over_folds_and_its_lowest_fold_stands_for
             row(1e-2, 1, 0.99)]                        # one fold only: fold 0 crashed, so it is not judged
     best, how = protocol.select(rows + [row(1e-2, 0, 0.99, status="failed")])
     assert (best["optim.lr"], best[folds.FOLD_KEY]) == (3e-3, 0)
-    assert how == "val metric (means over 2 folds)"
+    assert how == "val metric (mean 0.7500 over 2 folds)"
     # A tie of the means (within a target of 2 x 40) goes to the lower mean loss.
     tie = [row(1e-3, 0, 0.80, 0.5), row(1e-3, 1, 0.70, 0.5), row(3e-3, 0, 0.75, 0.9), row(3e-3, 1, 0.75, 0.9)]
     best, how = protocol.select(tie)
@@ -123,5 +123,5 @@ def test_a_cross_validated_study_runs_each_extension_on_every_fold(tmp_path, ray
         assert [r["extension"] for r in mine if float(r["optim.lr"]) > 3e-5] == ["True", "True"], mine
         selected = [r for r in mine if r["selected"] == "True"]
         assert len(selected) == 1 and selected[0][folds.FOLD_KEY] == "0"
-        assert selected[0]["selected_by"].endswith("(means over 2 folds)")
+        assert selected[0]["selected_by"].endswith(" over 2 folds)")
     assert not [r for r in rows if r["stage"] == "pretrain" and r[folds.FOLD_KEY]]
