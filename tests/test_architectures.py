@@ -76,6 +76,17 @@ def test_selection_and_confirmation_seeds_are_reported_apart_with_the_compute_ti
     assert "scratch at SPT's total steps 42.00" in confirmation
 
 
+def test_selection_table_gives_each_arms_modal_lr_its_share_and_the_test_spread():
+    rows = [arm("S4D", "scratch", seed, test, role="confirmation", lr=lr)
+            for seed, (test, lr) in enumerate([(0.70, 1e-3), (0.74, 3e-3), (0.78, 1e-3)], 1)]
+    rows += [arm("S4D", "masked", seed, 0.75, role="confirmation", lr=3e-3) for seed in (1, 2, 3)]
+    text = "\n".join(architectures.lines(rows, LAYOUT))
+    assert "| S4D | scratch | 0.001 | 2 of 3 | 0.001 0.003 0.001 | 4.00 |" in text  # SD of 70, 74, 78
+    assert "| S4D | masked | 0.003 | 3 of 3 | 0.003 0.003 0.003 | 0.00 |" in text
+    one_seed = [arm("S4D", "scratch", 1, 0.7, lr=1e-3)]
+    assert "modal lr" not in "\n".join(architectures.lines(one_seed, LAYOUT))  # nothing to compare on one seed
+
+
 def test_late_best_steps_are_warned(tmp_path):
     run = tmp_path / "run"
     run.mkdir()

@@ -15,13 +15,15 @@ by seed is sound here: every arm of one seed shares the data split and the seed'
 is about this test set; where every run kept its per-example test outcomes (result.json's `test_hits`), the
 interval that also resamples the test examples follows it (`; with test-set sampling ± h [low, high]`).
 Seeds are grouped by the cells' `role` label: `selection` seeds chose a setting (grids, steps) and are
-reported apart from `confirmation` seeds, which chose nothing. Baselines (sptune.baselines: majority
+reported apart from `confirmation` seeds, which chose nothing. Each group also gets how steady selection was:
+per arm the lr chosen on each seed, the share of seeds choosing the most frequent one, and the test SD. Baselines (sptune.baselines: majority
 class, 1-NN Euclidean, logistic regression on raw inputs) are fit on the task's train split and scored
 on its val and test splits, those the models trained and selected on.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from sptune import baselines, pairs, registry, stats
@@ -50,7 +52,7 @@ def lines(arm_rows: list[dict[str, Any]], layout: dict[str, Any]) -> list[str]:
         seeds = sorted({a.get("seed") for a in group})
         if role is not None:
             out += [f"### Seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))} ({ROLE_TEXT[role]})", ""]
-        out += role_lines(group, layout) + [""]
+        out += role_lines(group, layout) + [""] + selection_table(group)
     out += convergence_table(done)
     task = layout.get("baselines_task")
     if task:
@@ -81,6 +83,28 @@ def role_lines(done: list[dict[str, Any]], layout: dict[str, Any]) -> list[str]:
     out.append("- gap under SPT minus gap under scratch (< 0: SPT closes the gap): "
                + _paired_or_dash(gap_change) + test_sampling_text(complete, (1, -1, -1, 1)))
     return out
+
+
+def selection_table(done: list[dict[str, Any]]) -> list[str]:
+    """How steady selection is over one seed group's seeds (issue 28): per model and arm, the lr its last stage
+    selected on each seed, how many seeds chose the most frequent one, and the test spread (SD over seeds)."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for arm in sorted(done, key=lambda a: (a["model"], arm_key(a), a.get("seed"))):
+        groups.setdefault((arm["model"], arm_key(arm)), []).append(arm)
+    body = []
+    for (model, key), members in groups.items():
+        lrs = [a["lr"] for a in members if a.get("lr") is not None]
+        if len(lrs) < 2:
+            continue
+        modal, count = Counter(lrs).most_common(1)[0]
+        spread = stats.mean_std([a["test"] for a in members])[1]
+        body.append(f"| {model} | {key} | {modal:g} | {count} of {len(lrs)} | {' '.join(f'{lr:g}' for lr in lrs)} | "
+                    f"{_pct(spread)} |")
+    if not body:
+        return []
+    return ["Selection over seeds (the selected lr of each arm's last stage, in seed order; test SD in points):", "",
+            "| model | arm | modal lr | seeds choosing it | lr per seed | test SD |", "|---|---|---|---|---|---|",
+            *body, ""]
 
 
 def per_seed(done: list[dict[str, Any]]) -> dict[Any, dict[tuple[str, str], dict[str, Any]]]:

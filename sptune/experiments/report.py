@@ -63,6 +63,7 @@ def arms(experiment_dir: Path, plan: Plan, rows: list[dict[str, Any]]) -> list[d
             out.append({**cell.labels, "experiment": plan.experiment, "cell": cell.key, "arm": arm, "row": row,
                         "status": status, "metric": final.get("metric"),
                         "test": final.get("test_metric") if ok else None, "val": final.get("best_val") if ok else None,
+                        "lr": final.get("optim.lr"),  # the selected lr of the arm's last stage (a searched grid)
                         "n_params": final.get("n_params"),
                         "device_seconds": sum(r["device_seconds"] for r in runs if r),
                         "search_device_seconds": sum(r["device_seconds"] for r in mine if r["stage"] in chain),
