@@ -4,7 +4,9 @@
     resume:  python studies/model_sizes.py                    # the same command; finished cells are skipped
     report:  sptune report runs/experiments/model_sizes
     smoke:   python studies/model_sizes.py --smoke-test       # 25 s on a 2-core CPU (measured)
-    GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>
+    CPU:     python studies/model_sizes.py --cpu              # the main job's task and models, 3 sizes, seeds 6-15
+             python studies/model_sizes.py --cpu --plan       # its budget first: trials, FLOPs, device-hours
+    GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>  (--cpu on one GPU: --trials-per-gpu 16)
 
 Scientific axis: parameter budget {100K, 300K, 1M, 3M, 10M} x model (Transformer + Rotary, S4) x
 scratch / masked SPT. Each budget is met within 10% by sptune.experiments.sizing: width (and depth when the
@@ -18,6 +20,13 @@ Transformer, LayerNorm / dropout 0.1 for S4), 50% masking, L1 pretraining loss, 
 
 Smoke test: listops-mini stands in for Image, budgets 5K / 10K / 20K parameters stand in for the paper's
 three smallest (1-2 layers), 15 steps per stage, two seeds (so entries show a std), no search.
+
+CPU scale (--cpu, issue 28): the main job's setting (studies/architectures.py: UCR OSULeaf, its Transformer and
+S4D configs, their current lr grids, which extend themselves past an edge, and their early stopping) at 20K /
+80K / 320K parameters (the main job's models have 68K and 84K): width, and depth when 2 blocks cannot land
+within 10%. Pretraining runs to a plateau: up to 1000 steps (the main job: 200), stopped by the configs' rule,
+100 steps without a validation gain. The report gives each model's paired SPT gain per size. Default seeds 6-15,
+ten that chose nothing: the main job's settings were chosen on seeds 0-5 (--fresh-seeds N starts after them).
 """
 
 from __future__ import annotations
@@ -32,6 +41,10 @@ EXPERIMENT = "model_sizes"
 SMOKE_BUDGETS = (5_000, 10_000, 20_000)
 SMOKE_TASK = "listops-mini"  # the cheapest embedded task: this smoke test runs 12 cells
 DEPTHS = (6, 4, 8, 5, 7, 3, 2)  # the paper's Image depth first (Tables 4 and S4 configs: 6 layers)
+CPU_BUDGETS = (20_000, 80_000, 320_000)  # around the main job's 68K / 84K models, x4 each way
+CPU_DEPTHS = (2, 1, 3, 4)  # the main job's depth first
+CPU_SEEDS = list(range(6, 16))
+PLATEAU = ["pretrain.optim.max_steps=1000"]  # the configs' patience (100 steps) ends it at its plateau
 MODELS = [  # (Image recipe variant (sptune.experiments.paper.RECIPES), display name, arm -> Table 9 row)
     ("rotary", "Transformer + Rotary", {"scratch": "Transformer+Rotary", "masked": "Transformer+Rotary + Masked SPT"}),
     ("s4", "S4", {"scratch": "S4", "masked": "S4 + Masked SPT"}),
@@ -42,7 +55,15 @@ def size_label(budget: int) -> str:
     return f"{budget / 1e6:g}M" if budget >= 1_000_000 else f"{budget / 1e3:g}K"
 
 
+def add_flags(parser) -> None:
+    parser.add_argument("--cpu", action="store_true",
+                        help="the experiment at CPU scale on the main job's task (UCR OSULeaf) and models: 20K / 80K / "
+                             "320K parameters, pretraining to a plateau, seeds 6-15")
+
+
 def build(args) -> Plan:
+    if getattr(args, "cpu", False):
+        return build_cpu(args)
     seeds = args.seeds or ([0, 1] if args.smoke_test else [0, 1, 2])
     task = SMOKE_TASK if args.smoke_test else "image"
     budgets = SMOKE_BUDGETS if args.smoke_test else paper.MODEL_SIZES
@@ -79,5 +100,35 @@ def build(args) -> Plan:
                   "report": "sptune report <experiment dir>"})
 
 
+def build_cpu(args) -> Plan:
+    """The main job's task and models at three sizes (see the header)."""
+    seeds = args.seeds or CPU_SEEDS
+    cells = []
+    for model, (_, display) in settings.CPU_MODELS.items():  # the Transformer first, as the main job
+        base = settings.cpu_overrides(model) + PLATEAU
+        for budget in CPU_BUDGETS:
+            shape = sizing.fit(base, budget, depths=CPU_DEPTHS)
+            for seed in seeds:
+                cells.append(Cell(
+                    key=f"{settings.CPU_TASK}-{model}-{size_label(budget)}-s{seed}",
+                    labels={"task": settings.CPU_TASK, "model": display, "budget": budget, "seed": seed,
+                            "column": size_label(budget), "d_model": shape.d_model, "n_layers": shape.n_layers,
+                            "role": settings.cpu_role(seed, settings.MAIN_JOB_SELECTION_SEEDS)},
+                    overrides=tuple(base + shape.overrides() + [f"run.seed={seed}"]),
+                    space=settings.cpu_space(model)))
+    return Plan(
+        experiment=EXPERIMENT, title="SPT across model sizes at CPU scale: UCR OSULeaf (Appendix E, Table 9)",
+        axis="parameter budget {20K, 80K, 320K} (within 10%) x model (Transformer, S4D) x scratch / masked SPT; seeds",
+        nuisance="lr per stage: the main job's grids, extended past an edge (search_spaces/ucr-osuleaf/)",
+        fixed="configs/ucr_osuleaf_{transformer,s4}.yaml but width and depth; pretraining up to 1000 steps, finetuning "
+              "and scratch up to 400, each stopped after 100 steps without a validation gain",
+        layout={"kind": "grid", "col": "column", "row_title": "model", "plots": ["sizes"], "spt_gains": True,
+                "heading": "Test accuracy (%) per parameter budget", "plot_title": "OSULeaf: test accuracy vs parameters"},
+        cells=cells,
+        notes=["Shapes (d_model x layers) per budget are in summary.csv; parameter counts are the task model's."],
+        commands={"launch": "python studies/model_sizes.py --cpu",
+                  "resume": "python studies/model_sizes.py --cpu (same flags)", "report": "sptune report <experiment dir>"})
+
+
 if __name__ == "__main__":
-    sys.exit(main(EXPERIMENT, build, __doc__))
+    sys.exit(main(EXPERIMENT, build, __doc__, extra=add_flags, selection_seeds=settings.MAIN_JOB_SELECTION_SEEDS))

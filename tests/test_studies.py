@@ -265,6 +265,45 @@ def test_gains_over_a_reference_row_are_paired_by_seed(tmp_path):
     assert "Paired gain over 0%" in table and "| 20% | +19.00 ± 2.48 (95% CI [+16.52, +21.48], n=3)" in table
 
 
+def test_spt_gains_per_model_and_column_are_paired_by_seed(tmp_path):
+    # model_sizes --cpu's shape: rows "M" and "M + Masked SPT", a column per budget (here per fraction)
+    plan = synthetic_plan([0, 1, 2], layout={"kind": "grid", "col": "fraction", "spt_gains": True})
+    write_synthetic_study(tmp_path, plan)
+    table = report.write(tmp_path)["table"].read_text()
+    # fraction 1.0: SPT 0.60 + 0.01 seed over scratch 0.40 + 0.02 seed: 20, 19, 18 points
+    assert "Paired SPT gain per model" in table and "+19.00 ± 2.48 (95% CI [+16.52, +21.48], n=3)" in table
+
+
+def test_model_sizes_at_cpu_scale_is_the_main_jobs_setting_at_three_sizes():
+    import importlib.util
+    from pathlib import Path
+
+    from sptune.experiments import settings
+
+    path = Path(__file__).resolve().parents[1] / "studies" / "model_sizes.py"
+    spec = importlib.util.spec_from_file_location("study_model_sizes", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    plan = module.build(cli.parse_args("", ["--cpu"], extra=module.add_flags))
+    assert {c.labels["seed"] for c in plan.cells} == set(range(6, 16))  # ten seeds that chose nothing
+    assert {c.labels["role"] for c in plan.cells} == {"confirmation"} and plan.layout["spt_gains"]
+    for cell in plan.cells:
+        model = "transformer" if cell.labels["model"] == "Transformer" else "s4"
+        assert cell.space == settings.cpu_space(model)  # the main job's grids
+        cfg = config.load(None, list(cell.overrides), stage="pretrain")
+        assert cfg.task.name == "ucr-osuleaf" and cfg.optim.max_steps == 1000 and cfg.optim.patience == 100
+        assert config.load(None, list(cell.overrides), stage="scratch").optim.max_steps == 400
+        assert abs(cell.labels["budget"] - model_params(cell)) <= 0.1 * cell.labels["budget"]
+
+
+def model_params(cell) -> int:
+    from sptune.build import build_task_model, count_parameters
+    from sptune.registry import get_task
+
+    cfg = config.load(None, list(cell.overrides), stage="scratch")
+    return count_parameters(build_task_model(cfg, get_task(cfg.task.name)))
+
+
 def test_report_marks_missing_runs(tmp_path):
     plan = synthetic_plan([0])
     write_synthetic_study(tmp_path, plan)
@@ -290,11 +329,11 @@ def test_accuracy_prints_in_percent_and_r2_as_is():
 STUDY_SCRIPTS = ("lra_table", "data_fractions", "model_sizes", "spt_ratio", "kernels", "modalities", "architectures")
 REAL_CELLS = {"lra_table": 111, "data_fractions": 36, "model_sizes": 30, "spt_ratio": 48, "kernels": 4,
               "modalities": 36, "architectures": 2, "data_fractions --cpu": 12, "spt_ratio --cpu": 40,
-              "architectures --compute-tied --seeds 1 2": 8}
+              "architectures --compute-tied --seeds 1 2": 8, "model_sizes --cpu": 60}
 
 
 @pytest.mark.parametrize("study", [*STUDY_SCRIPTS, "data_fractions --cpu", "spt_ratio --cpu",
-                                   "architectures --compute-tied --seeds 1 2"])
+                                   "architectures --compute-tied --seeds 1 2", "model_sizes --cpu"])
 def test_real_grid_builds_valid_configs_and_search_spaces(study):
     """The paper's grid of every script resolves: every stage's config validates, every space parses."""
     import importlib.util

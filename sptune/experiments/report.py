@@ -190,6 +190,17 @@ def gains_lines(arm_rows: list[dict[str, Any]], layout: dict[str, Any]) -> list[
             markdown_table([layout.get("row_title", ""), *cols], body), ""]
 
 
+def spt_gain_lines(arm_rows: list[dict[str, Any]], layout: dict[str, Any]) -> list[str]:
+    """Each model's SPT - scratch per column (e.g. a parameter budget), paired by seed (sptune.stats)."""
+    col_key = layout["col"]
+    table = entries(arm_rows, "row", col_key)
+    cols = ordered([str(a[col_key]) for a in arm_rows])
+    body = [[model] + [fmt_gain(table.get((row_label(model, "scratch"), col)), table.get((row_label(model, "masked"), col)))
+                       for col in cols] for model in ordered([a["model"] for a in arm_rows])]
+    return ["Paired SPT gain per model (masked SPT - scratch, test metric, points for accuracy; 95% CI, pairs "
+            "matched by seed):", "", markdown_table(["model", *cols], body), ""]
+
+
 def average_entry(row: str, cols: list[str], table: dict, average: dict[str, Any]) -> str:
     """The paper's average: the mean over the row's tasks, leaving out average["exclude"] (PathX-256, Table 2)."""
     used = [c for c in cols if c not in average.get("exclude", [])]
@@ -361,6 +372,8 @@ def write(experiment_dir: str | Path) -> dict[str, Any]:
         lines += [f"## {layout.get('heading', 'Results')}", "", grid_table(arm_rows, layout), ""]
         if layout.get("gains_over"):
             summary_lines += gains_lines(arm_rows, layout)
+        if layout.get("spt_gains"):
+            summary_lines += spt_gain_lines(arm_rows, layout)
         if layout.get("architectures"):  # the 2 x 2 of paper Table 1: gains, gaps, baselines
             summary_lines += architectures.lines(arm_rows, layout) + architectures.boundary_lines(plan, rows)
         lines += summary_lines
