@@ -80,20 +80,25 @@ def test_bad_limits_are_one_line_errors(limits, words):
         spaces.parse(data, "space.yaml")
 
 
-@pytest.mark.slow  # ~1-2 min: 1 pretraining trial, then finetune and scratch each extending their grid
-def test_a_grid_far_below_the_optimum_extends_itself_in_both_stages(tmp_path, ray_instance):  # noqa: F811
+def low_grid_study(tmp_path, lr_limits, steps, options):
+    """A listops-mini study whose finetuning and scratch lr grids, {1e-5, 3e-5}, sit far below the optimum, run to
+    its end; its results.csv rows."""
     low = {"params": {"optim.lr": [1e-5, 3e-5], "optim.batch_size": [8]}}
     space = {"task": "listops-mini", "model": "transformer", "num_samples": 2, "max_concurrent": 2,
-             "limits": {"optim.lr": [1e-6, 3e-4]},
+             "limits": {"optim.lr": lr_limits},
              "stages": {"pretrain": {"params": {"optim.lr": [1e-3], "optim.batch_size": [8]}},
                         "finetune": low, "scratch": low}}
     (tmp_path / "space.yaml").write_text(yaml.safe_dump(space))
-    state = studies.create(str(CONFIG), [*TINY, "optim.max_steps=60", "optim.eval_every=20"], tmp_path / "study",
-                           str(tmp_path / "space.yaml"), studies.Options())  # on by default
+    state = studies.create(str(CONFIG), [*TINY, f"optim.max_steps={steps}", f"optim.eval_every={steps // 3}"],
+                           tmp_path / "study", str(tmp_path / "space.yaml"), options)
     driver.run_study(state.dir, verbose=0)
-
     with open(tmp_path / "study" / "results.csv") as f:
-        rows = list(csv.DictReader(f))
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.slow  # ~1-2 min: 1 pretraining trial, then finetune and scratch each extending their grid
+def test_a_grid_far_below_the_optimum_extends_itself_in_both_stages(tmp_path, ray_instance):  # noqa: F811
+    rows = low_grid_study(tmp_path, [1e-6, 3e-4], 60, studies.Options())  # extension: on by default
     for stage in ("finetune", "scratch"):
         mine = [r for r in rows if r["stage"] == stage]
         above = [r for r in mine if float(r["optim.lr"]) > 3e-5]

@@ -1,19 +1,16 @@
 """Cross-validated selection (sptune.folds): stratified folds of train + val, selection by the mean over folds,
 and a study that runs every setting on every fold, grid extensions included."""
 
-import csv
-
 import pytest
 import torch
-import yaml
 from ray_fixtures import CONFIG, TINY, ray_instance  # noqa: F401 (fixture)
+from test_bracketing import low_grid_study
 
 from sptune import folds, protocol
 from sptune.config import load as load_config
 from sptune.errors import UserError
 from sptune.tasks.base import Split
 from sptune.tune import spaces
-from sptune.tune.engine import driver
 from sptune.tune.records import boundary, bracketing, studies
 
 
@@ -101,18 +98,7 @@ def test_a_setting_missing_a_fold_is_run_on_it_before_any_extension():
 
 @pytest.mark.slow  # ~1 min: 1 pretraining trial, then finetune and scratch on 2 folds, each extending its grid
 def test_a_cross_validated_study_runs_each_extension_on_every_fold(tmp_path, ray_instance):  # noqa: F811
-    low = {"params": {"optim.lr": [1e-5, 3e-5], "optim.batch_size": [8]}}
-    space = {"task": "listops-mini", "model": "transformer", "num_samples": 2, "max_concurrent": 2,
-             "limits": {"optim.lr": [1e-5, 9e-5]},
-             "stages": {"pretrain": {"params": {"optim.lr": [1e-3], "optim.batch_size": [8]}},
-                        "finetune": low, "scratch": low}}
-    (tmp_path / "space.yaml").write_text(yaml.safe_dump(space))
-    state = studies.create(str(CONFIG), [*TINY, "optim.max_steps=20", "optim.eval_every=10"], tmp_path / "study",
-                           str(tmp_path / "space.yaml"), studies.Options(val_folds=2))
-    driver.run_study(state.dir, verbose=0)
-
-    with open(tmp_path / "study" / "results.csv") as f:
-        rows = list(csv.DictReader(f))
+    rows = low_grid_study(tmp_path, [1e-5, 9e-5], 30, studies.Options(val_folds=2))
     for stage in folds.FOLDED_STAGES:
         mine = [r for r in rows if r["stage"] == stage]
         assert all(r["status"] == "completed" for r in mine)
