@@ -172,14 +172,14 @@ def _paths_line(results_dir: Path, paths: list[Path]) -> str:
 
 
 def succeeded(results_dir: str | Path) -> bool:
-    """Every stage of a study has a completed trial; every seed of a multi-seed study is paired."""
+    """Every stage of a study is done with a selected trial; every seed of a multi-seed study is paired."""
     from sptune.tune.records import layout, results
     from sptune.tune.records import seeds as seed_cells
 
     if layout.kind_of(results_dir) == layout.SEEDS:
         return seed_cells.all_paired(results_dir)
     rows = results.collect(results_dir)
-    return all(results.best_row(rows, stage)[0] for stage in STAGES)
+    return all(results.selected_row(rows, stage) for stage in STAGES)
 
 
 # ----------------------------------------------------------------------------- results as DataFrames

@@ -108,7 +108,7 @@ def main(experiment: str, build_plan: Callable[[argparse.Namespace], Plan], desc
                 console.line(f"resuming: {len(finished)} of {len(plan.cells)} cells already finished, skipped")
             progress = CellProgress(console, len(plan.cells), len(finished), live=plan.backend == "plain")
             try:
-                failed = run_experiment(experiment_dir, plan, search_options.from_args(args), args.address,
+                not_done = run_experiment(experiment_dir, plan, search_options.from_args(args), args.address,
                                         on_cell=progress)
             finally:
                 progress.close()
@@ -124,10 +124,23 @@ def main(experiment: str, build_plan: Callable[[argparse.Namespace], Plan], desc
     for png in paths["plots"]:
         print(f"plot:  {png}")
     print(f"log:   {log_path}")
+    return not_done_exit(experiment_dir, not_done)
+
+
+def not_done_exit(experiment_dir: Path, not_done: list[str]) -> int:
+    """0 when every cell is done; else 1, with a line for the cells that failed (their error.txt says why)
+    and one for those a time budget or a stop left unfinished (the same command continues them)."""
+    from sptune.experiments.run import cell_status
+
+    status = {key: cell_status(experiment_dir.resolve() / files.CELLS / key) for key in not_done}
+    failed = [key for key in not_done if status[key] == "failed"]
+    unfinished = [key for key in not_done if status[key] == "unfinished"]
+    if unfinished:
+        print(f"{len(unfinished)} cell(s) unfinished, not failed: the same command continues them: "
+              f"{', '.join(unfinished)}", file=sys.stderr)
     if failed:
         print(f"{len(failed)} cell(s) failed (see cells/<key>/{files.CELL_ERROR}): {', '.join(failed)}", file=sys.stderr)
-        return 1
-    return 0
+    return 1 if not_done else 0
 
 
 # ----------------------------------------------------------------------------- sptune report

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from sptune.tune.records import curves, results
+from sptune.tune.options import Options
+from sptune.tune.records import curves, results, studies, study_state
 
 
 def fake_trial(study_dir, stage, trial_id, best_val, train_flops, steps=20, init=None):
@@ -23,8 +24,16 @@ def fake_trial(study_dir, stage, trial_id, best_val, train_flops, steps=20, init
     (run_dir / "result.json").write_text(json.dumps(result))
 
 
+def finished_study_state(study_dir):
+    """study.json with every stage done: only a finished stage has a selected trial (results.collect)."""
+    state = studies.create(None, ["task.name=listops-mini", "model.name=transformer"], study_dir, options=Options())
+    state.stage_status = {stage: study_state.DONE for stage in studies.STAGES}
+    study_state.save(study_dir, state)
+
+
 @pytest.fixture
 def study(tmp_path):
+    finished_study_state(tmp_path)
     fake_trial(tmp_path, "pretrain", "p1", 0.3, 4e9)
     fake_trial(tmp_path, "pretrain", "p2", 0.2, 9e9)
     fake_trial(tmp_path, "finetune", "f1", 0.8, 2e9, init={"trial": "p1", "step": 20, "checkpoint": "best.pt"})

@@ -73,12 +73,17 @@ def arms(experiment_dir: Path, plan: Plan, rows: list[dict[str, Any]]) -> list[d
 
 
 def stage_status(rows: list[dict[str, Any]], chain: tuple[str, ...], errored: bool) -> str:
-    """Why an arm has no result: the first stage of its chain without a completed selected trial."""
+    """Why an arm has no result: the first stage of its chain without a completed selected trial. A stage
+    that a time budget or a stop left before its selection is `unfinished` (its best so far is no result)."""
     for stage in chain:
         mine = [r for r in rows if r["stage"] == stage]
-        if not any(r.get("selected") and r.get("status") == "completed" for r in mine):
-            found = sorted({str(r.get("status")) for r in mine})
-            return f"{stage} {'/'.join(found)}" if found else f"{stage} {'error' if errored else 'missing'}"
+        if any(r.get("selected") and r.get("status") == "completed" for r in mine):
+            continue
+        if not mine:
+            return f"{stage} {'error' if errored else 'missing'}"
+        if any(r.get("leading") or r.get("status") == "unfinished" for r in mine):
+            return f"{stage} unfinished"
+        return f"{stage} " + "/".join(sorted({str(r.get("status")) for r in mine}))
     return "missing"
 
 
@@ -320,6 +325,16 @@ def fmt_stat(values: list[float]) -> str:
 
 
 # ----------------------------------------------------------------------------- files
+def not_completed_lines(arm_rows: list[dict[str, Any]]) -> list[str]:
+    """The arms without a result and why (no number above counts them): a failed stage, or one a time budget or a
+    stop left unfinished (resuming finishes it)."""
+    missing = [a for a in arm_rows if a["status"] != "completed"]
+    if not missing:
+        return []
+    return ["Not completed (left out of every number above): "
+            + ", ".join(f"{a['cell']}/{a['arm']} ({a['status']})" for a in missing), ""]
+
+
 def header_lines(plan: Plan, experiment_dir: Path, arm_rows: list[dict[str, Any]]) -> list[str]:
     seeds = sorted({a.get("seed") for a in arm_rows if a.get("seed") is not None})
     lines = [f"# {plan.title}", ""]
@@ -375,15 +390,15 @@ def write(experiment_dir: str | Path) -> dict[str, Any]:
         if layout.get("spt_gains"):
             summary_lines += spt_gain_lines(arm_rows, layout)
         if layout.get("architectures"):  # the 2 x 2 of paper Table 1: gains, gaps, baselines
-            summary_lines += architectures.lines(arm_rows, layout) + architectures.boundary_lines(plan, rows)
+            summary_lines += architectures.lines(arm_rows, layout) + architectures.boundary_lines(plan, rows, experiment_dir)
         lines += summary_lines
         for name in layout.get("plots", []):
             pngs.append(getattr(figures, name)(arm_rows, layout, experiment_dir / f"{name}.png"))
     if layout.get("curves"):  # Figure 5: the selected trials' validation curves, by step and by FLOPs
         pngs += [p for p in [figures.learning_curves(plan, rows, experiment_dir / "learning-curves.png")] if p]
-    failed = [a for a in arm_rows if a["status"] != "completed"]
-    if failed:
-        lines += ["Not completed: " + ", ".join(f"{a['cell']}/{a['arm']} ({a['status']})" for a in failed), ""]
+    missing = not_completed_lines(arm_rows)
+    lines += missing
+    summary_lines += missing
     lines += [f"- {note}" for note in plan.notes] + ([""] if plan.notes else [])
     lines += [f"![{p.stem}]({p.name})" for p in pngs]
     table_md = experiment_dir / "table.md"

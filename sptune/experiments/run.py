@@ -138,8 +138,15 @@ def _report_cell(cell: Cell, cell_dir: Path | None, on_cell: Callable[[Cell, str
         (cell_dir / files.CELL_ERROR).unlink(missing_ok=True)
     if on_cell is not None:
         rows = results.collect(cell_dir) if cell_dir is not None else []
-        on_cell(cell, "done" if done else "failed", sum(r.get("device_seconds") or 0.0 for r in rows))
+        status = "done" if done else "failed" if cell_dir is None else cell_status(cell_dir)
+        on_cell(cell, status, sum(r.get("device_seconds") or 0.0 for r in rows))
     return done
+
+
+def cell_status(cell_dir: Path) -> str:
+    """Why a cell that is not done is not: "failed" (its error.txt says why) or "unfinished" (a time budget
+    or a stop ended the run first: the same command continues it)."""
+    return "failed" if (cell_dir / files.CELL_ERROR).is_file() else "unfinished"
 
 
 def tune_done(cell_dir: Path) -> bool:

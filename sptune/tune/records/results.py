@@ -51,8 +51,12 @@ def collect(study_dir: str | Path) -> list[TrialRow]:
         row["extension"] = is_extension(row, state)
     for stage in STAGES:
         best, how = best_row(rows, stage)
-        if best is not None:
+        if best is None:
+            continue
+        if state is not None and state.stage_done(stage):
             best["selected"], best["selected_by"] = True, how
+        else:  # a stage stopped mid-way (a time budget, a kill): its best so far is no result (unfinished)
+            best["leading"], best["selected_by"] = True, f"{how}; so far, the stage has not finished"
     return rows
 
 
@@ -84,7 +88,7 @@ def trial_row(run_dir: Path, stage_done: bool) -> TrialRow:
         "attempts": len(trial["attempts"]), "start_steps": ";".join(str(a["start_step"]) for a in trial["attempts"]),
         "node_id": last["node_id"], "hostname": last["hostname"], "pid": last["pid"],
         "init_trial": init.get("trial"), "init_step": init.get("step"), "init_checkpoint": init.get("checkpoint"),
-        "selected": False, "run_dir": str(run_dir),
+        "selected": False, "leading": False, "run_dir": str(run_dir),
         "wall_seconds": trial.get("wall_seconds", progress.get("wall_seconds")),
         **{key: value for key, value in trial["params"].items()},
     }
@@ -134,6 +138,11 @@ def best_row(rows: list[TrialRow], stage: str) -> tuple[TrialRow | None, str]:
     return protocol.select([r for r in rows if r["stage"] == stage])
 
 
+def selected_row(rows: list[TrialRow], stage: str) -> TrialRow | None:
+    """The stage's selected trial (None: the stage has not finished, or no trial of it completed)."""
+    return next((r for r in rows if r["stage"] == stage and r.get("selected")), None)
+
+
 def write_csv(rows: list[TrialRow], path: str | Path, prefix: Sequence[str] = ()) -> Path:
     """results.csv, one schema for a study and a paper experiment: one row per trial, the stage and trial
     first, then the searched params, then COLUMNS. An experiment puts its cell columns (experiment, cell,
@@ -176,6 +185,8 @@ def summary(study_dir: str | Path, rows: list[TrialRow] | None = None) -> str:
         counts = [sum(r.get("status") == s for r in mine) for s in ("completed", "failed")]
         stopped = len(mine) - sum(counts)
         best, how = best_row(rows, stage)
+        if best is not None and best.get("leading"):
+            how = best["selected_by"]
         stage_cost = sum(r.get("device_seconds") or 0.0 for r in mine)  # every trial of the stage
         if best is None:
             lines.append(f"{stage:9s} {len(mine):6d} {counts[0]:3d} {counts[1]:4d} {stopped:4d}  (no completed trial)")

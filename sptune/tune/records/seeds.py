@@ -42,11 +42,12 @@ def create(config_path: str, overrides: list[str], parent: str | Path, seed_list
 
 # ----------------------------------------------------------------------------- a multi-seed study directory
 def study_pair(seed: int, study_dir: Path) -> tuple[pairs.Pair, str | None]:
-    """One seed's pair from its study directory (sptune.tune.records.results: each stage's selected trial)."""
+    """One seed's pair from its study directory (sptune.tune.records.results: each stage's selected trial; a
+    stage that has not finished has none, so its best so far is never reported as the seed's result)."""
     if not (study_dir / files.STUDY).is_file():
         return pairs.Pair(seed, None, None, status="not started"), None
     rows = results.collect(study_dir)
-    best = {stage: results.best_row(rows, stage)[0] for stage in STAGES}
+    best = {stage: results.selected_row(rows, stage) for stage in STAGES}
     metric = (best["scratch"] or best["finetune"] or {}).get("metric")
     missing = [s for s in ("finetune", "scratch") if best[s] is None]
     stages = study_state.load(study_dir).stage_status

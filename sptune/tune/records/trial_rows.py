@@ -48,8 +48,9 @@ class TrialRow(TypedDict, total=False):
     init_step: int | None
     init_checkpoint: str | None
     extension: bool  # it ran a value past its declared grid (sptune.tune.records.bracketing)
-    # selection within its stage (results.best_row)
+    # selection within its stage (results.best_row): `selected` once the stage is done, `leading` before
     selected: bool
+    leading: bool  # the best so far of a stage that has not finished (a time budget or a kill stopped it)
     selected_by: str
     run_dir: str
 
