@@ -33,6 +33,7 @@ import math
 from pathlib import Path
 from typing import Any, Collection
 
+from sptune import folds
 from sptune.errors import UserError
 from sptune.folds import FOLD_KEY
 from sptune.tune import spaces
@@ -90,10 +91,10 @@ def missing_folds(rows: list[dict[str, Any]], params: dict[str, Any]) -> list[di
     if FOLD_KEY not in params:
         return []
     keys = [k for k in params if k != FOLD_KEY]
-    ran: dict[tuple, set[Any]] = {}
+    ran: dict[tuple, tuple[dict[str, Any], set[Any]]] = {}  # a setting (folds.setting): a row of it, its folds
     for row in rows:
-        ran.setdefault(tuple(row.get(k) for k in keys), set()).add(row.get(FOLD_KEY))
-    return [dict(zip(keys, setting)) | {FOLD_KEY: fold} for setting, have in ran.items()
+        ran.setdefault(folds.setting(row), (row, set()))[1].add(row.get(FOLD_KEY))
+    return [{k: row.get(k) for k in keys} | {FOLD_KEY: fold} for row, have in ran.values()
             for fold in params[FOLD_KEY] if fold not in have]
 
 
