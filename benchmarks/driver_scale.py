@@ -134,7 +134,7 @@ def resume_figure(tmp: Path, trials: int, slots: int, address: str = "") -> None
     """`address`: both drivers join that Ray instead of starting their own (--quick: two Ray starts fewer)."""
     study_dir = tmp / "killed"
     create_study(study_dir, trials, slots)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent), str(HERE)]))
+    env = dict(os.environ)  # main() put this folder and the checkout on its PYTHONPATH
     env.pop("RAY_ADDRESS", None)
     proc = subprocess.Popen([sys.executable, "-c", RESUME, str(study_dir), str(HERE), address], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
