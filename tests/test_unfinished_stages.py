@@ -61,7 +61,8 @@ def test_an_unfinished_stage_has_a_leading_trial_not_a_selected_one(tmp_path):
     assert results.selected_row(rows, "scratch")["trial_id"] == "s1"
     assert not api.succeeded(study_dir)  # `sptune study` exits 1, not 0
     pair, _ = seeds.study_pair(0, study_dir)
-    assert pair.status != "completed" and "no completed finetune trial" in pair.status
+    assert pair.status != "completed" and "no selected finetune trial" in pair.status
+    assert "stages: pretrain done, scratch done" in pair.status
     assert "so far, the stage has not finished" in results.summary(study_dir)
 
     state = study_state.load(study_dir)  # once the stage is done, the same trial is its selection

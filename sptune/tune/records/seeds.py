@@ -52,7 +52,8 @@ def study_pair(seed: int, study_dir: Path) -> tuple[pairs.Pair, str | None]:
     missing = [s for s in ("finetune", "scratch") if best[s] is None]
     stages = study_state.load(study_dir).stage_status
     status = "completed" if not missing else (
-        ("no completed " + "/".join(missing) + " trial; stages: " + ", ".join(f"{k} {v}" for k, v in stages.items()))
+        ("no selected " + "/".join(missing) + " trial (the stage has not finished, or no trial of it completed); "
+         "stages: " + ", ".join(f"{k} {v}" for k, v in stages.items()))
         if stages else "not run yet")
     seconds = sum(r.get("device_seconds") or 0.0 for r in rows)
     runs = {stage: results.run_result(best[stage]) for stage in ("finetune", "scratch")}
