@@ -10,8 +10,8 @@ scratch and with masked SPT, on a real task, with trivial baselines on the same 
              # lr (measured); its grid adds 2 (S4D) and 3 (Transformer) 600-step trials per seed
     declared: python studies/architectures.py --seeds 50 51 52 53 54 --compute-tied --dir runs/experiments/architectures-confirm-50
              # the README's declared confirmation (seeds 50-69, primary endpoint the gap change), extended in
-             # batches in the same directory (--seeds 50 ... 59, ...): about 50 device-minutes (25 min on 2 CPU
-             # cores, two trials at once) per seed with its grid extensions and searched compute-tied arms
+             # batches in the same directory (--seeds 50 ... 59, ...): seeds 55-59 took 104 min on 2 CPU cores,
+             # two trials at once (3.4 device-hours with their grid extensions and searched compute-tied arms)
     smoke:   python studies/architectures.py --smoke-test     # 10 steps a stage, no search (plain backend)
 
 Scientific axis: architecture (Transformer, S4D = S4 in diagonal mode, model s4d-legs) x initialisation
