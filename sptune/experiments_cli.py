@@ -132,9 +132,8 @@ def not_done_exit(experiment_dir: Path, not_done: list[str]) -> int:
     and one for those a time budget or a stop left unfinished (the same command continues them)."""
     from sptune.experiments.run import cell_status
 
-    status = {key: cell_status(experiment_dir.resolve() / files.CELLS / key) for key in not_done}
-    failed = [key for key in not_done if status[key] == "failed"]
-    unfinished = [key for key in not_done if status[key] == "unfinished"]
+    failed = [key for key in not_done if cell_status(experiment_dir.resolve() / files.CELLS / key) == "failed"]
+    unfinished = [key for key in not_done if key not in failed]
     if unfinished:
         print(f"{len(unfinished)} cell(s) unfinished, not failed: the same command continues them: "
               f"{', '.join(unfinished)}", file=sys.stderr)

@@ -162,6 +162,7 @@ def write_rows(rows: list[TrialRow], path: str | Path, columns: Sequence[str]) -
 
 # ----------------------------------------------------------------------------- summary
 def summary(study_dir: str | Path, rows: list[TrialRow] | None = None) -> str:
+    """The study table; `rows` are collect()'s (its selected / leading marks decide each stage's line)."""
     study_dir = Path(study_dir)
     rows = collect(study_dir) if rows is None else rows
     state = study_state.read(study_dir)
@@ -184,9 +185,7 @@ def summary(study_dir: str | Path, rows: list[TrialRow] | None = None) -> str:
             continue
         counts = [sum(r.get("status") == s for r in mine) for s in ("completed", "failed")]
         stopped = len(mine) - sum(counts)
-        best, how = best_row(rows, stage)
-        if best is not None and best.get("leading"):
-            how = best["selected_by"]
+        best = next((r for r in mine if r.get("selected") or r.get("leading")), None)  # marked by collect()
         stage_cost = sum(r.get("device_seconds") or 0.0 for r in mine)  # every trial of the stage
         if best is None:
             lines.append(f"{stage:9s} {len(mine):6d} {counts[0]:3d} {counts[1]:4d} {stopped:4d}  (no completed trial)")
@@ -195,10 +194,10 @@ def summary(study_dir: str | Path, rows: list[TrialRow] | None = None) -> str:
                      + " ".join(f"{_fmt(best.get(k)):>10s}" for k in keys)
                      + f" {best['metric']:>17s} {best['best_val']:9.4f} {_loss(best.get('best_val_loss')):>8s} "
                      f"{best['best_step']:6d} {best['test_metric']:7.4f} {best['wall_seconds'] or 0:7.0f} "
-                     f"{stage_cost:11.0f} {stage_flops(rows, stage):11.3g}  {how}")
+                     f"{stage_cost:11.0f} {stage_flops(rows, stage):11.3g}  {best['selected_by']}")
     lines += _comparison(rows, state)
     lines += extension_lines(state)
-    lines += boundary.warnings({stage: best_row(rows, stage)[0] for stage in STAGES}, state.space if state else {})
+    lines += boundary.warnings({stage: selected_row(rows, stage) for stage in STAGES}, state.space if state else {})
     lines += where(rows)
     failed = [r for r in rows if r.get("status") == "failed"]
     for r in failed:
@@ -235,7 +234,7 @@ def stage_flops(rows: list[TrialRow], stage: str) -> float:
 
 
 def _comparison(rows: list[TrialRow], state: StudyState | None) -> list[str]:
-    scratch, finetune = best_row(rows, "scratch")[0], best_row(rows, "finetune")[0]
+    scratch, finetune = selected_row(rows, "scratch"), selected_row(rows, "finetune")  # final selections only
     selected = state.selected if state else None
     lines = [""]
     if selected:
