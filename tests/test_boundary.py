@@ -37,7 +37,7 @@ def test_summary_prints_the_warning(tmp_path):
 
     rows = [{"stage": "scratch", "trial_id": "t1", "status": "completed", "metric": "accuracy", "best_val": 0.5,
              "best_val_loss": 1.0, "val_targets": 100, "best_step": 10, "test_metric": 0.4, "wall_seconds": 1.0,
-             "optim.lr": 1e-3}]
+             "optim.lr": 1e-3, "selected": True, "selected_by": "val metric"}]  # as collect() marks a done stage
     bare_study(tmp_path, space={"path": "s.yaml", "stages": {"scratch": {"params": {"optim.lr": [1e-4, 1e-3]}}}})
     text = results.summary(tmp_path, rows)
     assert "warning: scratch selected optim.lr=0.001, the top of its grid [0.0001, 0.001]: extend the grid" in text
