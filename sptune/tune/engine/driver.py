@@ -245,6 +245,24 @@ def fit_packing(state: StudyState) -> StudyState:
     return state
 
 
+def cell_placements(cell_dirs: dict[str, Path], states: dict[str, StudyState],
+                    served: list[str]) -> dict[str, dict[str, float]]:
+    """Each cell's trial resources: the cells this run continues, and the other cells of the Tune run it
+    restores. Tune's restore re-adds every trial it recorded and asks each for its resources, those of
+    cells that finished after the run began included (they stay TERMINATED and never run again)."""
+    siblings = Path(next(iter(cell_dirs.values()))).parent
+    dirs = {**{key: siblings / key for key in served if (siblings / key / files.STUDY).is_file()},
+            **cell_dirs}
+    return {key: trial_resources(studies.trial_spec(path, states.get(key) or study_state.load(path), "scratch"))
+            for key, path in dirs.items()}
+
+
+def served_cells(storage: Path, name: str) -> list[str]:
+    """The cells the Tune run `name` was created for (runs.json)."""
+    path = storage / RUNS_FILE
+    return files.read_json(path).get(name, []) if path.is_file() else []
+
+
 def trial_placement(resources: dict[str, dict[str, float]], config: dict[str, Any]):
     """The cell's own resource request (--cpus-per-worker, --gpus-per-worker ...), per trial."""
     from ray.tune import PlacementGroupFactory
@@ -286,12 +304,11 @@ def run_cells(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callab
     for state in states.values():
         loggers.prepare(state.options.logger)
         loggers.create_experiment(state.options.logger, Path(state.dir))
-    placement = {key: trial_resources(studies.trial_spec(path, states[key], "scratch"))
-                 for key, path in cell_dirs.items()}
-    fn = ray_tune.with_resources(ray_tune.with_parameters(preemption.unless_spent(cell_trainable), stage_fn=stage_fn),
-                                 partial(trial_placement, placement))
     storage = experiment_dir / "tune"
     name = tune_run_name(storage, sorted(cell_dirs))
+    placement = cell_placements(cell_dirs, states, served_cells(storage, name))
+    fn = ray_tune.with_resources(ray_tune.with_parameters(preemption.unless_spent(cell_trainable), stage_fn=stage_fn),
+                                 partial(trial_placement, placement))
     stop_key = stopping.key(experiment_dir, name)  # signals and --time-budget end the run at a step boundary
     if ray_tune.Tuner.can_restore(str(storage / name)):
         log.info("restoring the Tune run from %s", storage / name)
