@@ -25,8 +25,8 @@ TINY_RUN = [*SMOKE_OVERRIDES, "optim.max_steps=2", "optim.eval_every=2", "optim.
             "task.max_val_examples=2", "task.max_test_examples=2", "run.progress=false"]
 
 
-def what_trains(path: Path) -> tuple:
-    """What a config makes the trainer build and run: its model, objective and task shape.
+def what_trains(path: Path) -> str:
+    """What a config makes the trainer build and run (its model, objective and task shape), as a key.
 
     Configs that differ only in the task's name or in learning rates (BIDMC's HR / RR / SpO2 share the
     signal shape and each architecture) build the same model on the same inputs: one of them trains here.
