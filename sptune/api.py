@@ -141,13 +141,32 @@ def report(results_dir: str | Path, plots: bool = True, plot_path: str | Path | 
     if kind == layout.SEEDS:
         return _seeds_report(seed_cells.report(results_dir, plot_path=plot_path))
     if kind == layout.EXPERIMENT:
-        from sptune.experiments import report as experiment_report
+        from sptune.experiments import pool, report as experiment_report
 
+        if pool.is_record(results_dir):  # a kept record: its rows are read, nothing is rewritten
+            return "\n".join(pool.pooled([results_dir])), []
         out = experiment_report.write(results_dir)
         return "\n".join(out.get("summary_lines", [])), [out["table"], out["results"], *out["plots"]]
     rows = results.collect(results_dir)
     results.write_csv(rows, results_dir / files.RESULTS_CSV)
     return _study_report(results_dir, rows, plots)
+
+
+def pooled_report(experiment_dirs: list[str | Path], out: str | Path | None = None) -> tuple[str, list[Path]]:
+    """One report over the seeds of several batches of one experiment (experiment directories or their kept
+    records: sptune.experiments.pool); `out`: also written there (markdown). `sptune report DIR DIR ...`."""
+    from sptune.atomic import write_text
+    from sptune.experiments import pool
+    from sptune.tune.records import layout
+
+    for path in experiment_dirs:
+        if layout.kind_of(path) != layout.EXPERIMENT:
+            raise UserError(f"{path} is not an experiment directory; only the batches of one studies/*.py script pool")
+    text = "\n".join(pool.pooled(experiment_dirs))
+    if out is None:
+        return text, []
+    write_text(Path(out), text + "\n")
+    return text, [Path(out)]
 
 
 def _study_report(study_dir: Path, rows: list[dict[str, Any]], plots: bool = True) -> tuple[str, list[Path]]:

@@ -161,11 +161,13 @@ def register(subparsers) -> None:
                     "written by a script in studies/; for a `sptune study` directory: its table, results.csv "
                     "and Optuna's plots of each stage (optimization history, parameter importances, slice); for "
                     "a `sptune study --seeds` directory: the paired SPT - scratch table and its plot.")
-    report.add_argument("study_dir", metavar="dir",
+    report.add_argument("study_dirs", metavar="dir", nargs="+",
                         help="an experiment, study or multi-seed study directory (holds plan.json, study.json, "
-                             "or seeds.json)")
+                             "or seeds.json); several experiment directories, or their kept records (plan.json + "
+                             "summary.csv), of one script run with other --seeds: one report over all their seeds")
     report.add_argument("--plot", metavar="PNG", help="seeds study: also write its plot here (e.g. the README's "
                                                       "docs/seeds-shapes-tiny.png)")
+    report.add_argument("--out", metavar="MD", help="several directories: also write the pooled report here")
     report.set_defaults(func=cmd_report)
 
 
@@ -173,7 +175,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     """`sptune report DIR`: any results folder's table and files, rebuilt (sptune.api.report)."""
     from sptune import api
 
-    text, paths = api.report(args.study_dir, plot_path=args.plot)
+    if len(args.study_dirs) > 1 or args.out:
+        if args.plot:
+            raise UserError("--plot draws one multi-seed study's plot; pass one directory with it")
+        text, paths = api.pooled_report(args.study_dirs, out=args.out)
+    else:
+        text, paths = api.report(args.study_dirs[0], plot_path=args.plot)
     print(text)
     for path in paths:
         print(f"{'plot:' if str(path).endswith('.png') else 'file:'}  {path}")

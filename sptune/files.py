@@ -13,6 +13,9 @@ sptune.atomic: a reader (or a resume after SIGKILL) never sees half a file.
         seeds.json  summary.json  seeds.md  seeds.csv  seeds.png  seed-<n>/
     experiment directory (a paper experiment; sptune.experiments.run)
         plan.json  cells/<cell>/  (each cell a study directory or plain run directories, error.txt on failure)
+        + the report (sptune.experiments.report): table.md  results.csv  summary.csv  <plots>.png
+    kept record of an experiment (what outlives its cells: sptune.experiments.pool)
+        plan.json  summary.csv
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ SEEDS_TABLE, SEEDS_CSV, SEEDS_PLOT = "seeds.md", "seeds.csv", "seeds.png"
 # ----------------------------------------------------------------------------- experiment directory
 PLAN = "plan.json"
 CELLS = "cells"
+SUMMARY_CSV = "summary.csv"  # one row per arm (cell x initialisation): what pooling several batches reads
 CELL_ERROR = "error.txt"
 
 

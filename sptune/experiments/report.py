@@ -99,15 +99,20 @@ def entries(arm_rows: list[dict[str, Any]], row_key: str, col_key: str) -> dict[
         mean, std = stats.mean_std(values)
         out[key] = {
             "n": len(values), "runs": len(members), "mean": mean, "std": std,
-            "seconds": statistics.fmean(m["device_seconds"] for m in members),
-            "flops": statistics.fmean(m["flops"] for m in members),
-            "search_seconds": statistics.fmean(m["search_device_seconds"] for m in members),
-            "n_params": statistics.fmean(m["n_params"] for m in done) if done else None,
+            "seconds": mean_of_all([m["device_seconds"] for m in members]),
+            "flops": mean_of_all([m["flops"] for m in members]),
+            "search_seconds": mean_of_all([m["search_device_seconds"] for m in members]),
+            "n_params": mean_of_all([m["n_params"] for m in done]) if done else None,
             "metric": next((m["metric"] for m in done), None), "paper": members[0]["paper"],
             "status": ",".join(sorted({m["status"] for m in members if m["status"] != "completed"})),
             "members": members,
         }
     return out
+
+
+def mean_of_all(values: list[float | None]) -> float | None:
+    """The mean, or None where a value is unknown (a kept record that lost its costs: sptune.experiments.pool)."""
+    return None if any(v is None for v in values) else statistics.fmean(values)
 
 
 # ----------------------------------------------------------------------------- formatting
@@ -133,7 +138,8 @@ def fmt_entry(entry: dict[str, Any] | None, show_paper: bool = True) -> str:
             text += f" ± {fmt_value(entry['std'], entry['metric'])}"
         if entry["n"] != entry["runs"]:
             text += f" ({entry['n']}/{entry['runs']} seeds)"
-        text += f" · {fmt_seconds(entry['seconds'])} · {fmt_flops(entry['flops'])}"
+        if entry["seconds"] is not None and entry["flops"] is not None:
+            text += f" · {fmt_seconds(entry['seconds'])} · {fmt_flops(entry['flops'])}"
     paper = entry.get("paper")
     if show_paper and paper and paper.get("value") is not None:
         text += f" [paper {paper['value']:g}]"
@@ -356,6 +362,28 @@ def header_lines(plan: Plan, experiment_dir: Path, arm_rows: list[dict[str, Any]
     return lines
 
 
+def write_summary(arm_rows: list[dict[str, Any]], path: Path) -> Path:
+    """summary.csv: one row per arm (sptune.experiments.pool reads it back where the cells are gone)."""
+    summary = [{k: v for k, v in a.items() if k != "paper"} | {
+        "paper_value": (a.get("paper") or {}).get("value"), "paper_source": (a.get("paper") or {}).get("source")}
+        for a in arm_rows]
+    first = ["experiment", "cell", "row", "arm", "status", "test"]
+    return results.write_rows(summary, path, first + ordered([k for a in summary for k in a if k not in first]))
+
+
+def grid_sections(arm_rows: list[dict[str, Any]], layout: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """A grid layout's table, then the lines the script also prints: gains, SPT gains, the architecture result."""
+    table = [f"## {layout.get('heading', 'Results')}", "", grid_table(arm_rows, layout), ""]
+    out: list[str] = []
+    if layout.get("gains_over"):
+        out += gains_lines(arm_rows, layout)
+    if layout.get("spt_gains"):
+        out += spt_gain_lines(arm_rows, layout)
+    if layout.get("architectures"):  # the 2 x 2 of paper Table 1: gains, gaps, baselines
+        out += architectures.lines(arm_rows, layout)
+    return table, out
+
+
 def write(experiment_dir: str | Path) -> dict[str, Any]:
     experiment_dir = Path(experiment_dir).resolve()
     plan = load_plan(experiment_dir)
@@ -365,12 +393,7 @@ def write(experiment_dir: str | Path) -> dict[str, Any]:
         arm["column_arm"] = f"{arm.get('column')}|{arm['arm']}"
     layout = plan.layout
     results_csv = results.write_csv(rows, experiment_dir / files.RESULTS_CSV, prefix=cell_columns(plan))
-    summary = [{k: v for k, v in a.items() if k != "paper"} | {
-        "paper_value": (a["paper"] or {}).get("value"), "paper_source": (a["paper"] or {}).get("source")}
-        for a in arm_rows]
-    first = ["experiment", "cell", "row", "arm", "status", "test"]
-    summary_csv = results.write_rows(summary, experiment_dir / "summary.csv",
-                                     first + ordered([k for a in summary for k in a if k not in first]))
+    summary_csv = write_summary(arm_rows, experiment_dir / files.SUMMARY_CSV)
     lines = header_lines(plan, experiment_dir, arm_rows)
     summary_lines: list[str] = []  # what the script prints at its end besides the paths
     pngs: list[Path] = []
@@ -384,14 +407,10 @@ def write(experiment_dir: str | Path) -> dict[str, Any]:
                   ""]
         pngs.append(figures.fractions(arm_rows, experiment_dir / "fractions.png", data_multipliers(arm_rows)))
     else:
-        lines += [f"## {layout.get('heading', 'Results')}", "", grid_table(arm_rows, layout), ""]
-        if layout.get("gains_over"):
-            summary_lines += gains_lines(arm_rows, layout)
-        if layout.get("spt_gains"):
-            summary_lines += spt_gain_lines(arm_rows, layout)
-        if layout.get("architectures"):  # the 2 x 2 of paper Table 1: gains, gaps, baselines
-            summary_lines += architectures.lines(arm_rows, layout) + architectures.boundary_lines(plan, rows, experiment_dir)
-        lines += summary_lines
+        table, summary_lines = grid_sections(arm_rows, layout)
+        if layout.get("architectures"):
+            summary_lines += architectures.boundary_lines(plan, rows, experiment_dir)
+        lines += table + summary_lines
         for name in layout.get("plots", []):
             pngs.append(getattr(figures, name)(arm_rows, layout, experiment_dir / f"{name}.png"))
     if layout.get("curves"):  # Figure 5: the selected trials' validation curves, by step and by FLOPs

@@ -1,0 +1,102 @@
+"""Pooling an experiment's batches of seeds (`sptune report DIR DIR ...`): the batches' kept records (plan.json +
+summary.csv) give the same intervals as one run over all their seeds, and batches that ran other settings, or a
+seed twice, are refused."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from sptune import experiments_cli, stats
+from sptune.cli import main
+from sptune.errors import UserError
+from sptune.experiments import pool, report
+from sptune.experiments.plan import save_plan
+
+SCRIPT = Path(__file__).resolve().parents[1] / "studies" / "architectures.py"
+ARMS = {("Transformer", "scratch"): 0.40, ("Transformer", "masked"): 0.47, ("S4D", "scratch"): 0.74,
+        ("S4D", "masked"): 0.73}
+
+
+def build_plan(seeds, *flags):
+    spec = importlib.util.spec_from_file_location("study_architectures_pool", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    args = experiments_cli.parse_args("", ["--seeds", *map(str, seeds), *flags], extra=script.add_flags)
+    plan = script.build(args)
+    plan.backend = "tune"
+    return plan
+
+
+def accuracy(model, arm, seed):
+    """A test accuracy per arm and seed that differs from seed to seed (k / 242, as on OSULeaf's test set)."""
+    return round(242 * ARMS[(model, arm)] + 5 * ((seed * 7 + len(model) + len(arm)) % 5 - 2)) / 242
+
+
+def keep_record(path, seeds, *flags):
+    """A batch's kept record, as its report writes it: plan.json and summary.csv, no cells."""
+    plan = build_plan(seeds, *flags)
+    path.mkdir(parents=True)
+    save_plan(path, plan)
+    arms = []
+    for cell in plan.cells:
+        model, seed = cell.labels["model"], cell.labels["seed"]
+        for arm in ("scratch",) if cell.labels.get("compute") == "tied" else ("scratch", "masked"):
+            arms.append({**cell.labels, "experiment": plan.experiment, "cell": cell.key, "arm": arm,
+                         "row": report.row_label(model, arm), "status": "completed", "metric": "accuracy",
+                         "test": accuracy(model, arm, seed), "val": 0.5, "lr": 1e-3, "n_params": 1000,
+                         "device_seconds": 10.0, "search_device_seconds": 30.0, "flops": 1e12, "paper": None,
+                         "run_dir": str(path / "gone")})
+    report.write_summary(arms, path / "summary.csv")
+    return path
+
+
+def test_two_kept_records_pool_to_the_intervals_over_all_their_seeds(tmp_path):
+    first, second = keep_record(tmp_path / "a", [50, 51, 52]), keep_record(tmp_path / "b", [53, 54])
+    text = "\n".join(pool.pooled([first, second]))
+    seeds = range(50, 55)
+    gap_change = stats.paired_t([accuracy("S4D", "masked", s) + accuracy("Transformer", "scratch", s)
+                                 for s in seeds],
+                                [accuracy("Transformer", "masked", s) + accuracy("S4D", "scratch", s)
+                                 for s in seeds])
+    assert stats.format_paired(gap_change, 100.0) in text and "n=5" in text
+    gain = stats.paired_t([accuracy("Transformer", "masked", s) for s in seeds],
+                          [accuracy("Transformer", "scratch", s) for s in seeds])
+    assert f"SPT gain {stats.format_paired(gain, 100.0)}" in text
+    assert "### Seeds 50, 51, 52, 53, 54 (confirmation seeds" in text
+    assert "with test-set sampling" not in text  # the runs' result.json are gone: no interval over test examples
+    assert f"`{first}`: kept record (plan.json + summary.csv), seeds 50, 51, 52" in text
+
+
+def test_a_batch_whose_cells_are_on_disk_is_read_from_them(tmp_path):
+    record = keep_record(tmp_path / "a", [50, 51])
+    live = tmp_path / "live"
+    save_plan(live, build_plan([52]))
+    (live / "cells").mkdir()  # its cells have not run: every arm is reported missing, none is read from a record
+    text = "\n".join(pool.pooled([record, live]))
+    assert "experiment directory, seeds 52" in text
+    assert "Not completed (left out of every number above): ucr-osuleaf-transformer-s52/scratch (scratch missing)" in text
+
+
+def test_batches_of_other_settings_are_not_pooled(tmp_path):
+    plain = keep_record(tmp_path / "plain", [50])
+    tied = keep_record(tmp_path / "tied", [51], "--compute-tied")
+    with pytest.raises(UserError, match="ran other settings than"):
+        pool.pooled([plain, tied])
+
+
+def test_a_seed_in_two_batches_is_refused(tmp_path):
+    with pytest.raises(UserError, match="ucr-osuleaf-transformer-s51 \\(scratch\\) is in both"):
+        pool.pooled([keep_record(tmp_path / "a", [50, 51]), keep_record(tmp_path / "b", [51, 52])])
+
+
+def test_sptune_report_reads_a_record_without_rewriting_it_and_pools_several(tmp_path, capsys):
+    first, second = keep_record(tmp_path / "a", [50]), keep_record(tmp_path / "b", [51])
+    before = (first / "summary.csv").read_bytes()
+    assert main(["report", str(first)]) == 0
+    assert (first / "summary.csv").read_bytes() == before and "n=1" in capsys.readouterr().out
+    out = tmp_path / "pooled.md"
+    assert main(["report", str(first), str(second), "--out", str(out)]) == 0
+    assert "n=2" in out.read_text() and f"file:  {out}" in capsys.readouterr().out
+    assert main(["report", str(first), str(first)]) == 2
+    assert capsys.readouterr().err.count("\n") == 1  # one line, no traceback
