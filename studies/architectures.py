@@ -9,9 +9,11 @@ scratch and with masked SPT, on a real task, with trivial baselines on the same 
              # steps (paper App. D), searched on the scratch grid: 69 min on 2 CPU cores when that arm ran one
              # lr (measured); its grid adds 2 (S4D) and 3 (Transformer) 600-step trials per seed
     declared: python studies/architectures.py --seeds 50 51 52 53 54 --compute-tied --dir runs/experiments/architectures-confirm-50
-             # the README's declared confirmation (seeds 50-69, primary endpoint the gap change), extended in
-             # batches in the same directory (--seeds 50 ... 59, ...): seeds 55-59 took 104 min on 2 CPU cores,
-             # two trials at once (3.4 device-hours with their grid extensions and searched compute-tied arms)
+             # the README's declared confirmation (seeds 50-69, primary endpoint the gap change), in batches of
+             # seeds: seeds 55-59 took 104 min on 2 CPU cores, two trials at once (3.4 device-hours with their
+             # grid extensions and searched compute-tied arms). A batch extends its directory (--seeds 50 ... 59)
+             # or runs in its own (--seeds 60 ... 64 --dir ...-60); each keeps plan.json + summary.csv in
+             # docs/records/, and `sptune report docs/records/architectures-confirm-50-59 <other batches>` pools them
     smoke:   python studies/architectures.py --smoke-test     # 10 steps a stage, no search (plain backend)
 
 Scientific axis: architecture (Transformer, S4D = S4 in diagonal mode, model s4d-legs) x initialisation
