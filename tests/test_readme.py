@@ -15,7 +15,7 @@ import pytest
 from sptune.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 COMMAND = re.compile(r"^(?:\.venv/bin/)?(?:sptune|python -m sptune\.cli|python studies/\w+\.py)(?=\s|$)")
 
 
@@ -43,7 +43,7 @@ def code_lines(path: Path) -> list[str]:
 
 
 def shown_commands() -> list[tuple[str, str]]:
-    return [(path.name, line) for path in DOCS for line in code_lines(path)]
+    return [(path.relative_to(ROOT).as_posix(), line) for path in DOCS for line in code_lines(path)]
 
 
 def subparser(parser: argparse.ArgumentParser, words: list[str]) -> tuple[argparse.ArgumentParser, list[str]]:
