@@ -334,7 +334,7 @@ def test_report_command_is_registered():
     parser = argparse.ArgumentParser()
     cli.register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["report", "some/dir"])
-    assert args.func is cli.cmd_report and args.study_dir == "some/dir"
+    assert args.func is cli.cmd_report and args.study_dirs == ["some/dir"]
 
 
 def test_accuracy_prints_in_percent_and_r2_as_is():
