@@ -157,12 +157,8 @@ def pooled_report(experiment_dirs: list[str | Path], out: str | Path | None = No
     records: sptune.experiments.pool); `out`: also written there (markdown). `sptune report DIR DIR ...`."""
     from sptune.atomic import write_text
     from sptune.experiments import pool
-    from sptune.tune.records import layout
 
-    for path in experiment_dirs:
-        if layout.kind_of(path) != layout.EXPERIMENT:
-            raise UserError(f"{path} is not an experiment directory; only the batches of one studies/*.py script pool")
-    text = "\n".join(pool.pooled(experiment_dirs))
+    text = "\n".join(pool.pooled(experiment_dirs))  # a directory without plan.json: load_plan's UserError
     if out is None:
         return text, []
     write_text(Path(out), text + "\n")

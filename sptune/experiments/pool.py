@@ -31,9 +31,9 @@ def is_record(experiment_dir: str | Path) -> bool:
     return (path / files.PLAN).is_file() and (path / files.SUMMARY_CSV).is_file() and not (path / files.CELLS).is_dir()
 
 
-def batch_arms(experiment_dir: Path, plan: Plan) -> list[dict[str, Any]]:
-    """The batch's arms: from its cells when they are on disk, else from its summary.csv."""
-    if not is_record(experiment_dir):
+def batch_arms(experiment_dir: Path, plan: Plan, record: bool) -> list[dict[str, Any]]:
+    """The batch's arms: from its cells when they are on disk, else (`record`) from its summary.csv."""
+    if not record:
         return report.arms(experiment_dir, plan, experiment_rows(experiment_dir, plan))
     labels = {cell.key: cell.labels for cell in plan.cells}
     with open(experiment_dir / files.SUMMARY_CSV, newline="") as handle:
@@ -53,12 +53,17 @@ def record_arm(row: dict[str, str], labels: dict[str, dict[str, Any]]) -> dict[s
     return arm
 
 
+def unseeded(cell: Cell) -> str:
+    """A cell's labels, overrides, stages and declared grid, without its seed."""
+    labels = {k: v for k, v in cell.labels.items() if k != "seed"}
+    overrides = [o for o in cell.overrides if not o.startswith("run.seed=")]
+    return json.dumps([labels, overrides, cell.stages, cell.space], sort_keys=True)
+
+
 def settings(plan: Plan) -> set[str]:
-    """What a batch ran, seeds aside: each cell's labels, overrides, stages and declared grid, without its seed."""
-    return {json.dumps([{k: v for k, v in cell.labels.items() if k != "seed"},
-                        [o for o in cell.overrides if not o.startswith("run.seed=")], cell.stages, cell.space],
-                       sort_keys=True) for cell in plan.cells} | {json.dumps([plan.experiment, plan.backend, plan.smoke,
-                                                                              plan.layout], sort_keys=True)}
+    """What a batch ran, seeds aside: the experiment, backend and layout, and every cell unseeded."""
+    return {unseeded(cell) for cell in plan.cells} | {
+        json.dumps([plan.experiment, plan.backend, plan.smoke, plan.layout], sort_keys=True)}
 
 
 def check_same_settings(batches: list[tuple[Path, Plan]]) -> None:
@@ -89,14 +94,15 @@ def pooled(experiment_dirs: list[str | Path]) -> list[str]:
     """The pooled report's lines (markdown): the batches, then the experiment's sections over all their arms."""
     batches = [(Path(d).resolve(), load_plan(d)) for d in experiment_dirs]
     check_same_settings(batches)
-    tagged = [(experiment_dir, arm) for experiment_dir, plan in batches for arm in batch_arms(experiment_dir, plan)]
+    first = batches[0][1]
+    if first.layout["kind"] != "grid":
+        raise UserError(f"pooling covers grid experiments; {first.experiment} is a {first.layout['kind']} experiment")
+    records = {d: is_record(d) for d, _ in batches}
+    tagged = [(d, arm) for d, plan in batches for arm in batch_arms(d, plan, records[d])]
     check_each_cell_once(tagged)
     arm_rows = [arm for _, arm in tagged]
-    layout = batches[0][1].layout
-    if layout["kind"] != "grid":
-        raise UserError(f"pooling covers grid experiments; {batches[0][1].experiment} is a {layout['kind']} experiment")
-    lines = [f"# {batches[0][1].title}: {len(batches)} batch{'es' * (len(batches) > 1)} pooled", ""]
-    lines += [f"- `{d}`: {'kept record (plan.json + summary.csv)' if is_record(d) else 'experiment directory'}, "
+    lines = [f"# {first.title}: {len(batches)} batch{'es' * (len(batches) > 1)} pooled", ""]
+    lines += [f"- `{d}`: {'kept record (plan.json + summary.csv)' if records[d] else 'experiment directory'}, "
               f"seeds {seeds_text(plan.cells)}" for d, plan in batches]
-    table, sections = report.grid_sections(arm_rows, layout)
+    table, sections = report.grid_sections(arm_rows, first.layout)
     return lines + [""] + table + sections + report.not_completed_lines(arm_rows)
