@@ -11,9 +11,11 @@ scratch and with masked SPT, on a real task, with trivial baselines on the same 
     declared: python studies/architectures.py --seeds 50 51 52 53 54 --compute-tied --dir runs/experiments/architectures-confirm-50
              # the README's declared confirmation (seeds 50-69, primary endpoint the gap change), in batches of
              # seeds: seeds 55-59 took 104 min on 2 CPU cores, two trials at once (3.4 device-hours with their
-             # grid extensions and searched compute-tied arms). A batch extends its directory (--seeds 50 ... 59)
-             # or runs in its own (--seeds 60 ... 64 --dir ...-60); each keeps plan.json + summary.csv in
-             # docs/records/, and `sptune report docs/records/architectures-confirm-50-59 <other batches>` pools them
+             # grid extensions and searched compute-tied arms; seeds 60-64 took 7.1 on a slower day of the same
+             # machine). A batch extends its directory (--seeds 50 ... 59) or runs in its own (--seeds 60 ... 64
+             # --dir ...-60); each keeps plan.json + summary.csv in docs/records/, and
+             # `sptune report docs/records/architectures-confirm-50-59 docs/records/architectures-confirm-60-64`
+             # pools them
     smoke:   python studies/architectures.py --smoke-test     # 10 steps a stage, no search (plain backend)
 
 Scientific axis: architecture (Transformer, S4D = S4 in diagonal mode, model s4d-legs) x initialisation

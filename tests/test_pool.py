@@ -3,6 +3,7 @@ summary.csv) give the same intervals as one run over all their seeds, and batche
 seed twice, are refused."""
 
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,21 @@ def test_sptune_report_reads_a_record_without_rewriting_it_and_pools_several(tmp
     assert "n=2" in out.read_text() and f"file:  {out}" in capsys.readouterr().out
     assert main(["report", str(first), str(first)]) == 2
     assert capsys.readouterr().err.count("\n") == 1  # one line, no traceback
+
+
+def test_the_readme_confirmation_figures_are_what_its_kept_records_pool_to():
+    """The README's progress on the declared confirmation quotes the pooled report of docs/records: the
+    command it shows, run on the committed records, prints the figures it states."""
+    repo = SCRIPT.parents[1]
+    text = (repo / "README.md").read_text().split("**Progress, not the decision**", 1)[1].replace("−", "-")
+    command = re.search(r"```bash\nsptune report ([^\n`]+)\n```", text).group(1).split()
+    lines = "\n".join(pool.pooled([repo / d for d in command]))
+    n = re.search(r"On these (\d+) seeds", text).group(1)
+    quoted = {"gap under SPT minus gap under scratch": r"gap change \*\*([-+][\d.]+) \[([-+][\d.]+), ([-+][\d.]+)\]",
+              "- Transformer:": r"Transformer SPT gain ([-+][\d.]+) \[([-+][\d.]+),\s+([-+][\d.]+)\]",
+              "- S4D:": r"S4D SPT gain ([-+][\d.]+) \[([-+][\d.]+), ([-+][\d.]+)\]"}
+    for line_start, figure in quoted.items():
+        mean, low, high = re.search(figure, text).groups()
+        line = next(l for l in lines.splitlines() if line_start in l)
+        assert re.search(rf"{re.escape(mean)} ± [\d.]+ \(95% CI \[{re.escape(low)}, {re.escape(high)}\], n={n}\)",
+                         line), (line, mean, low, high)
