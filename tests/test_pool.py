@@ -12,7 +12,7 @@ from sptune import experiments_cli, stats
 from sptune.cli import main
 from sptune.errors import UserError
 from sptune.experiments import pool, report
-from sptune.experiments.plan import save_plan
+from sptune.experiments.plan import load_plan, save_plan
 
 SCRIPT = Path(__file__).resolve().parents[1] / "studies" / "architectures.py"
 ARMS = {("Transformer", "scratch"): 0.40, ("Transformer", "masked"): 0.47, ("S4D", "scratch"): 0.74,
@@ -47,7 +47,7 @@ def keep_record(path, seeds, *flags):
                          "row": report.row_label(model, arm), "status": "completed", "metric": "accuracy",
                          "test": accuracy(model, arm, seed), "val": 0.5, "lr": 1e-3, "n_params": 1000,
                          "device_seconds": 10.0, "search_device_seconds": 30.0, "flops": 1e12, "paper": None,
-                         "run_dir": str(path / "gone")})
+                         "run_dir": str(path / "cells" / cell.key / arm)})
     report.write_summary(arms, path / "summary.csv")
     return path
 
@@ -67,6 +67,19 @@ def test_two_kept_records_pool_to_the_intervals_over_all_their_seeds(tmp_path):
     assert "### Seeds 50, 51, 52, 53, 54 (confirmation seeds" in text
     assert "with test-set sampling" not in text  # the runs' result.json are gone: no interval over test examples
     assert f"`{first}`: kept record (plan.json + summary.csv), seeds 50, 51, 52" in text
+
+
+def test_a_record_names_its_runs_relative_to_its_directory_and_reads_them_back_where_it_is_kept(tmp_path):
+    record = keep_record(tmp_path / "a", [50])
+    text = (record / "summary.csv").read_text()
+    assert str(tmp_path) not in text and ",cells/ucr-osuleaf-s4-s50/masked," in text
+    (tmp_path / "docs").mkdir()
+    kept = record.rename(tmp_path / "docs" / "records")  # moved into a repository, as docs/records/ are
+    arms = pool.batch_arms(kept, load_plan(kept), record=True)
+    assert {a["run_dir"] for a in arms if a["cell"] == "ucr-osuleaf-s4-s50" and a["arm"] == "masked"} == {
+        str(kept / "cells" / "ucr-osuleaf-s4-s50" / "masked")}
+    outside = tmp_path / "elsewhere" / "finetune"  # a run outside the experiment directory keeps its own path
+    assert report.relative_run_dir(str(outside), kept) == str(outside)
 
 
 def test_a_batch_whose_cells_are_on_disk_is_read_from_them(tmp_path):

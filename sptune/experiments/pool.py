@@ -37,16 +37,18 @@ def batch_arms(experiment_dir: Path, plan: Plan, record: bool) -> list[dict[str,
         return report.arms(experiment_dir, plan, experiment_rows(experiment_dir, plan))
     labels = {cell.key: cell.labels for cell in plan.cells}
     with open(experiment_dir / files.SUMMARY_CSV, newline="") as handle:
-        return [record_arm(row, labels) for row in csv.DictReader(handle)]
+        return [record_arm(row, labels, experiment_dir) for row in csv.DictReader(handle)]
 
 
-def record_arm(row: dict[str, str], labels: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """One summary.csv row as report.arms() built it: the cell's labels with their types from plan.json."""
+def record_arm(row: dict[str, str], labels: dict[str, dict[str, Any]], experiment_dir: Path) -> dict[str, Any]:
+    """One summary.csv row as report.arms() built it: the cell's labels with their types from plan.json, and its
+    run_dir (kept relative to the experiment directory) resolved against the record's directory."""
     if row.get("cell") not in labels:
         raise UserError(f"summary.csv names cell {row.get('cell')!r}, which its plan.json lacks; keep the two files "
                         f"of one experiment directory together")
     arm: dict[str, Any] = {**labels[row["cell"]], **{k: row.get(k) or None for k in TEXT_COLUMNS}}
     arm.update({k: float(row[k]) if row.get(k) else None for k in FLOAT_COLUMNS})
+    arm["run_dir"] = str(experiment_dir / arm["run_dir"]) if arm["run_dir"] else None
     arm["n_params"] = int(row["n_params"]) if row.get("n_params") else None
     paper = row.get("paper_value")
     arm["paper"] = {"value": float(paper), "source": row.get("paper_source")} if paper else None

@@ -363,12 +363,23 @@ def header_lines(plan: Plan, experiment_dir: Path, arm_rows: list[dict[str, Any]
 
 
 def write_summary(arm_rows: list[dict[str, Any]], path: Path) -> Path:
-    """summary.csv: one row per arm (sptune.experiments.pool reads it back where the cells are gone)."""
+    """summary.csv: one row per arm (sptune.experiments.pool reads it back where the cells are gone). Its
+    run_dir is relative to the experiment directory, so a record kept elsewhere names no machine's paths."""
     summary = [{k: v for k, v in a.items() if k != "paper"} | {
-        "paper_value": (a.get("paper") or {}).get("value"), "paper_source": (a.get("paper") or {}).get("source")}
-        for a in arm_rows]
+        "paper_value": (a.get("paper") or {}).get("value"), "paper_source": (a.get("paper") or {}).get("source"),
+        "run_dir": relative_run_dir(a.get("run_dir"), path.parent)} for a in arm_rows]
     first = ["experiment", "cell", "row", "arm", "status", "test"]
     return results.write_rows(summary, path, first + ordered([k for a in summary for k in a if k not in first]))
+
+
+def relative_run_dir(run_dir: str | None, experiment_dir: Path) -> str | None:
+    """`run_dir` relative to `experiment_dir` where it lies inside it (cells/<cell>/<stage>/...), else as given."""
+    if not run_dir:
+        return run_dir
+    try:
+        return str(Path(run_dir).resolve().relative_to(experiment_dir.resolve()))
+    except ValueError:
+        return run_dir
 
 
 def grid_sections(arm_rows: list[dict[str, Any]], layout: dict[str, Any]) -> tuple[list[str], list[str]]:
