@@ -194,7 +194,7 @@ def test_ssm_parameters_get_their_own_optimizer_group():
     assert any(g["weight_decay"] == 0.1 for g in opt.param_groups)
 
 
-@pytest.mark.parametrize("model", ["transformer", "s4", "dlr"])
+@pytest.mark.parametrize("model", sorted(registry.MODELS))
 def test_bf16_autocast_trains(tmp_path, model):
     result = train.pretrain(tiny(tmp_path, f"model.name={model}", "model.d_state=8", "run.precision=bf16",
                                  "optim.max_steps=4", "optim.eval_every=2"))
