@@ -10,7 +10,7 @@ from sptune import config
 from sptune.errors import UserError
 from sptune.experiments import settings
 from sptune import experiments_cli as cli
-from sptune.experiments import architectures
+from sptune.experiments import architectures, report
 from sptune.experiments.plan import plain_point
 
 SCRIPT = Path(__file__).resolve().parents[1] / "studies" / "architectures.py"
@@ -91,7 +91,7 @@ def test_late_best_steps_are_warned(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "result.json").write_text('{"best_step": 190, "steps": 200, "history": [{"train_loss": 0.5}]}')
-    rows = [arm("S4D", "scratch", 3, 0.6, run_dir=str(run))]
+    rows = [arm("S4D", "scratch", 3, 0.6, **report.run_facts({"run_dir": str(run)}))]  # as report.arms() reads it
     text = "\n".join(architectures.lines(rows, LAYOUT))
     assert "| 3 |  | S4D | scratch | 60.00 | 190/200 | 0.500 |" in text
     assert "may not have converged): S4D scratch seed 3" in text
@@ -193,13 +193,10 @@ def test_learning_curves_put_the_compute_tied_scratch_on_its_architectures_panel
     assert points["finetune"]["flops"][0] == 40.0 + 5 * 2.0  # SPT's curve starts after its pretraining FLOPs
 
 
-def test_gains_get_the_interval_that_resamples_the_test_set_where_every_run_kept_its_outcomes(tmp_path):
+def test_gains_get_the_interval_that_resamples_the_test_set_where_every_run_kept_its_outcomes():
     def run(model, arm_name, seed, hits):
-        path = tmp_path / f"{model}-{arm_name}-{seed}-{hits}"
-        path.mkdir(exist_ok=True)
-        (path / "result.json").write_text(json.dumps({} if hits is None else {"test_hits": hits}))
         test = 0.5 if hits is None else hits.count("1") / len(hits)
-        return arm(model, arm_name, seed, test, run_dir=str(path))
+        return arm(model, arm_name, seed, test, test_hits=hits)  # as report.arms() reads it from result.json
 
     def report(s4d_spt_hits, seeds=3):
         return "\n".join(architectures.lines([r for seed in range(seeds) for r in (

@@ -34,8 +34,15 @@ def accuracy(model, arm, seed):
     return round(242 * ARMS[(model, arm)] + 5 * ((seed * 7 + len(model) + len(arm)) % 5 - 2)) / 242
 
 
-def keep_record(path, seeds, *flags):
-    """A batch's kept record, as its report writes it: plan.json and summary.csv, no cells."""
+def outcomes(model, arm, seed):
+    """242 test outcomes ('0'/'1') whose mean is accuracy(model, arm, seed)."""
+    hits = round(242 * accuracy(model, arm, seed))
+    return "1" * hits + "0" * (242 - hits)
+
+
+def keep_record(path, seeds, *flags, facts=False):
+    """A batch's kept record, as its report writes it: plan.json and summary.csv, no cells. With `facts`, each
+    arm carries what report.run_facts reads from its last run (best step, budget, training loss, test outcomes)."""
     plan = build_plan(seeds, *flags)
     path.mkdir(parents=True)
     save_plan(path, plan)
@@ -47,7 +54,9 @@ def keep_record(path, seeds, *flags):
                          "row": report.row_label(model, arm), "status": "completed", "metric": "accuracy",
                          "test": accuracy(model, arm, seed), "val": 0.5, "lr": 1e-3, "n_params": 1000,
                          "device_seconds": 10.0, "search_device_seconds": 30.0, "flops": 1e12, "paper": None,
-                         "run_dir": str(path / "cells" / cell.key / arm)})
+                         "run_dir": str(path / "cells" / cell.key / arm),
+                         **({"best_step": 150, "steps": 400, "train_loss": 0.25,
+                             "test_hits": outcomes(model, arm, seed)} if facts else {})})
     report.write_summary(arms, path / "summary.csv")
     return path
 
@@ -80,6 +89,20 @@ def test_a_record_names_its_runs_relative_to_its_directory_and_reads_them_back_w
         str(kept / "cells" / "ucr-osuleaf-s4-s50" / "masked")}
     outside = tmp_path / "elsewhere" / "finetune"  # a run outside the experiment directory keeps its own path
     assert report.relative_run_dir(str(outside), kept) == str(outside)
+
+
+def test_a_record_keeps_the_per_seed_facts_of_its_runs_after_they_are_gone(tmp_path):
+    """Best steps, training losses and test outcomes come back from summary.csv: the per-seed table and the
+    interval that also resamples the test set are reported from records alone."""
+    text = "\n".join(pool.pooled([keep_record(tmp_path / "a", [50, 51], facts=True),
+                                  keep_record(tmp_path / "b", [52], facts=True)]))
+    assert f"| 52 | confirmation | S4D | masked | {100 * accuracy('S4D', 'masked', 52):.2f} | 150/400 | 0.250 |" in text
+    arms = (("S4D", "masked"), ("Transformer", "masked"), ("S4D", "scratch"), ("Transformer", "scratch"))
+    both = stats.contrast_with_test_sampling([[outcomes(*a, seed) for a in arms] for seed in (50, 51, 52)],
+                                             (1, -1, -1, 1))  # the gap change: + - - +
+    assert f"with test-set sampling ± {100 * both.half_width:.2f} [{100 * both.low:+.2f}, {100 * both.high:+.2f}]" \
+        in text.split("gap under SPT minus gap under scratch")[1]
+    assert "—" not in text.split("Per seed")[1]
 
 
 def test_a_batch_whose_cells_are_on_disk_is_read_from_them(tmp_path):

@@ -30,7 +30,7 @@ from typing import Any
 from sptune import baselines, files, pairs, registry, stats
 from sptune.errors import UserError
 from sptune.experiments.plan import Plan
-from sptune.tune.records import boundary, results, study_state
+from sptune.tune.records import boundary, study_state
 
 SPT, SCRATCH, TIED = "masked", "scratch", "tied"  # arm keys: SPT, scratch, scratch at SPT's total steps
 ROLES = ("selection", "confirmation")
@@ -137,10 +137,11 @@ def _paired_or_dash(values: list[tuple[float, float]]) -> str:
 def test_sampling_text(runs: list[list[dict[str, Any]]], signs: tuple[int, ...]) -> str:
     """'; with test-set sampling ± h [low, high]' (points): the interval of sum_k signs[k] * run k over
     seeds (runs[i]: seed i's runs) that also resamples the test examples (stats.contrast_with_test_sampling).
-    Empty where the seed interval has none (one seed) or a run did not keep its test outcomes (result.json's
-    `test_hits`: runs before it was written, and R² tasks, have none); the reason where the runs' outcomes
+    Empty where the seed interval has none (one seed) or an arm carries no test outcomes (its result.json's
+    `test_hits`, kept in summary.csv: runs and records before they were written, and R² tasks, have none); the
+    reason where the runs' outcomes
     cannot be compared (another test set), so the rest of the report is still written."""
-    hits = [[(results.run_result(run) or {}).get("test_hits") for run in seed_runs] for seed_runs in runs]
+    hits = [[run.get("test_hits") for run in seed_runs] for seed_runs in runs]
     if len(runs) < 2 or any(h is None for seed_hits in hits for h in seed_hits):
         return ""
     try:
@@ -156,8 +157,7 @@ def convergence_table(done: list[dict[str, Any]]) -> list[str]:
     warning per arm whose best step lies in the last 20% of its budget (it may still have been improving)."""
     body, late = [], []
     for arm in sorted(done, key=lambda a: (a.get("seed"), a["model"], arm_key(a))):
-        found = pairs.convergence("run", results.run_result(arm))
-        best, steps, loss = found["run_best_step"], found["run_steps"], found["run_train_loss"]
+        best, steps, loss = arm.get("best_step"), arm.get("steps"), arm.get("train_loss")
         if best is not None and steps and best > pairs.LATE_FRACTION * steps:
             late.append(f"{arm['model']} {arm_key(arm)} seed {arm.get('seed')}")
         body.append(f"| {arm.get('seed')} | {arm.get('role', '')} | {arm['model']} | {arm_key(arm)} | "

@@ -21,8 +21,9 @@ from sptune.experiments import report
 from sptune.experiments.plan import Cell, Plan, load_plan
 from sptune.experiments.run import experiment_rows
 
-FLOAT_COLUMNS = ("test", "val", "lr", "device_seconds", "search_device_seconds", "flops")
-TEXT_COLUMNS = ("experiment", "cell", "arm", "row", "status", "metric", "run_dir")
+FLOAT_COLUMNS = ("test", "val", "lr", "device_seconds", "search_device_seconds", "flops", "train_loss")
+INT_COLUMNS = ("n_params", "best_step", "steps")
+TEXT_COLUMNS = ("experiment", "cell", "arm", "row", "status", "metric", "run_dir", "test_hits")
 
 
 def is_record(experiment_dir: str | Path) -> bool:
@@ -49,7 +50,7 @@ def record_arm(row: dict[str, str], labels: dict[str, dict[str, Any]], experimen
     arm: dict[str, Any] = {**labels[row["cell"]], **{k: row.get(k) or None for k in TEXT_COLUMNS}}
     arm.update({k: float(row[k]) if row.get(k) else None for k in FLOAT_COLUMNS})
     arm["run_dir"] = str(experiment_dir / arm["run_dir"]) if arm["run_dir"] else None
-    arm["n_params"] = int(row["n_params"]) if row.get("n_params") else None
+    arm.update({k: int(row[k]) if row.get(k) else None for k in INT_COLUMNS})
     paper = row.get("paper_value")
     arm["paper"] = {"value": float(paper), "source": row.get("paper_source")} if paper else None
     return arm

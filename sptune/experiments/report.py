@@ -24,7 +24,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from sptune import atomic, files, multiplier, stats
+from sptune import atomic, files, multiplier, pairs, stats
 from sptune.config import load as load_config
 from sptune.atomic import write_text as write_text_atomic
 from sptune.experiments import architectures, figures
@@ -60,7 +60,8 @@ def arms(experiment_dir: Path, plan: Plan, rows: list[dict[str, Any]]) -> list[d
             row = cell.labels.get("row") or row_label(cell.labels["model"], arm)  # a label may name its own row
             if plan.layout.get("merge_spt") and arm in ("masked", "causal"):
                 row = cell.labels["model"] + " + SPT"  # Table 3 has one SPT row per model
-            out.append({**cell.labels, "experiment": plan.experiment, "cell": cell.key, "arm": arm, "row": row,
+            out.append({**cell.labels, **(run_facts(final) if ok else {}),
+                        "experiment": plan.experiment, "cell": cell.key, "arm": arm, "row": row,
                         "status": status, "metric": final.get("metric"),
                         "test": final.get("test_metric") if ok else None, "val": final.get("best_val") if ok else None,
                         "lr": final.get("optim.lr"),  # the selected lr of the arm's last stage (a searched grid)
@@ -70,6 +71,16 @@ def arms(experiment_dir: Path, plan: Plan, rows: list[dict[str, Any]]) -> list[d
                         "flops": sum((r.get("train_flops") or 0.0) + (r.get("eval_flops") or 0.0) for r in runs if r),
                         "paper": cell.paper.get(arm), "run_dir": final.get("run_dir")})
     return out
+
+
+def run_facts(row: dict[str, Any]) -> dict[str, Any]:
+    """What the per-seed report reads from an arm's last run (its result.json): the best-validation step, the
+    step budget, the last training loss and each test example's outcome ('0'/'1', accuracy tasks). The arm
+    carries them, so summary.csv keeps them and a record reports them after its run directories are gone."""
+    result = results.run_result(row) or {}
+    found = pairs.convergence("run", result)
+    return {"best_step": found["run_best_step"], "steps": found["run_steps"], "train_loss": found["run_train_loss"],
+            "test_hits": result.get("test_hits")}
 
 
 def stage_status(rows: list[dict[str, Any]], chain: tuple[str, ...], errored: bool) -> str:
