@@ -138,9 +138,9 @@ def test_sampling_text(runs: list[list[dict[str, Any]]], signs: tuple[int, ...])
     """'; with test-set sampling ± h [low, high]' (points): the interval of sum_k signs[k] * run k over
     seeds (runs[i]: seed i's runs) that also resamples the test examples (stats.contrast_with_test_sampling).
     Empty where the seed interval has none (one seed) or an arm carries no test outcomes (its result.json's
-    `test_hits`, kept in summary.csv: runs and records before they were written, and R² tasks, have none); the
-    reason where the runs' outcomes
-    cannot be compared (another test set), so the rest of the report is still written."""
+    `test_hits`, kept in summary.csv: runs and records before they were written, and R² tasks, have none);
+    the reason where the runs' outcomes cannot be compared (another test set), so the rest of the report is
+    still written."""
     hits = [[run.get("test_hits") for run in seed_runs] for seed_runs in runs]
     if len(runs) < 2 or any(h is None for seed_hits in hits for h in seed_hits):
         return ""
