@@ -187,6 +187,32 @@ def test_a_restored_run_places_the_trials_of_cells_that_finished_since_it_began(
     assert trial_placement(placement, {LINEAGE_KEY: {"cell": "a"}}).bundles == [placement["a"]]
 
 
+def test_the_engine_proposes_seed_by_seed_so_a_stopped_batch_keeps_whole_seeds(tmp_path):
+    """Cells in the plan's model-major order are run seed by seed, and each cell's pretraining and scratch
+    trials are proposed before the next cell's: a batch stopped part-way has whole seeds, not every cell
+    part-way. (Stage-major proposal, before: every pretraining trial, then every scratch trial.)"""
+    from sptune.experiments.run import seed_rank
+    from sptune.tune.engine.driver import CellsSearcher, proposal_order
+    from sptune.tune.records import studies
+    from sptune.tune.trials.trainable import LINEAGE_KEY
+
+    plan_order = [Cell(f"{model}-s{seed}", {"model": model, "seed": seed}, ()) for model in ("t", "s4")
+                  for seed in (2, 1)] + [Cell("no-seed", {}, ())]
+    assert [c.key for c in sorted(plan_order, key=seed_rank)] == ["t-s1", "s4-s1", "t-s2", "s4-s2", "no-seed"]
+    assert list(proposal_order(["a", "b"])) == [("a", "finetune"), ("b", "finetune"), ("a", "pretrain"),
+                                                ("a", "scratch"), ("b", "pretrain"), ("b", "scratch")]
+    repo = Path(__file__).resolve().parents[1]
+    cells = {key: tmp_path / key for key in ("t-s1", "s4-s1")}
+    for path in cells.values():
+        studies.create(None, TINY, path, space_path=str(repo / "search_spaces" / "listops-mini" / "s4.yaml"),
+                       options=studies.Options(max_concurrent=1))
+    searcher = CellsSearcher(cells)
+    proposed = [searcher.suggest(f"t{i}") for i in range(5)]
+    assert [(p[LINEAGE_KEY]["cell"], p[LINEAGE_KEY]["stage"]) for p in proposed[:4]] == [
+        ("t-s1", "pretrain"), ("t-s1", "scratch"), ("s4-s1", "pretrain"), ("s4-s1", "scratch")]
+    assert proposed[4] is None  # each stage at its max_concurrent of 1: waiting, not finished
+
+
 # ----------------------------------------------------------------------------- reports
 TINY = ["task.name=listops-mini", "model.name=s4", "model.d_model=8", "model.n_layers=1", "model.d_ff=0",
         "model.d_state=8"]

@@ -116,7 +116,7 @@ def run_cells_tune(experiment_dir: Path, cells: list[Cell], options: Options, ad
     from sptune.tune.engine import driver
 
     cell_dirs = {}
-    for cell in cells:
+    for cell in sorted(cells, key=seed_rank):  # seed by seed: the engine proposes cell by cell (proposal_order)
         cell_dir = experiment_dir / files.CELLS / cell.key
         try:
             create_cell_study(cell, cell_dir, options)
@@ -128,6 +128,13 @@ def run_cells_tune(experiment_dir: Path, cells: list[Cell], options: Options, ad
             driver.run_cells(experiment_dir, cell_dirs, **({"stage_fn": trainable} if trainable else {}),
                            time_budget_s=getattr(options, "time_budget_s", None))
         return [cell.key for cell in cells if not _report_cell(cell, cell_dirs.get(cell.key), on_cell)]
+
+
+def seed_rank(cell: Cell) -> tuple[bool, Any]:
+    """Cells of one seed together, in seed order (the plan's order within a seed; cells without a seed last).
+    A comparison is paired within a seed, so a batch stopped part-way is worth its whole seeds only."""
+    seed = cell.labels.get("seed")
+    return seed is None, seed if seed is not None else 0
 
 
 def _report_cell(cell: Cell, cell_dir: Path | None, on_cell: Callable[[Cell, str, float], None] | None) -> bool:

@@ -3,7 +3,7 @@ experiment of one cell (its own directory); `--seeds` adds one cell per seed. Tu
 process, in its main thread: several Tuners at once are not supported by Ray (Tune FAQ, "multi-tenancy").
 
     CellsSearcher    one searcher per (cell, stage) (search.make_searcher behind its max_concurrent limit,
-                     on the cell's own Optuna journal), asked in PRIORITY order; a stage is proposed once
+                     on the cell's own Optuna journal), asked in proposal_order; a stage is proposed once
                      the protocol lets it start (sptune.protocol: finetuning after its cell's pretraining
                      has ended and its selection is written to the cell's study.json)
     GroupScheduler   ASHA per (cell, stage) where the cell's options ask for it (sptune.tune.engine.routing)
@@ -51,8 +51,8 @@ log = logging.getLogger("sptune.tune")
 
 TUNE_NAME = "experiment"
 RUNS_FILE = "runs.json"  # tune run name -> the cells it serves
-# Which stage's trials to propose first when several are runnable: finetuning ends a cell's critical
-# path, pretraining opens it, scratch depends on nothing and fills what is left.
+# Which stage's trials to propose first when several of one cell are runnable: finetuning ends a cell's
+# critical path, pretraining opens it, scratch depends on nothing.
 PRIORITY = ("finetune", "pretrain", "scratch")
 PENDING_ENV = "TUNE_MAX_PENDING_TRIALS_PG"
 MAX_PENDING = 200  # Tune's own figure for fast autoscaling
@@ -80,12 +80,11 @@ class CellsSearcher(Searcher):
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         waiting = False
-        for stage in PRIORITY:
-            for cell in self.cell_dirs:
-                outcome = self._suggest_from(cell, stage, trial_id)
-                if isinstance(outcome, dict):
-                    return outcome
-                waiting = waiting or outcome == "waiting"
+        for cell, stage in proposal_order(list(self.cell_dirs)):
+            outcome = self._suggest_from(cell, stage, trial_id)
+            if isinstance(outcome, dict):
+                return outcome
+            waiting = waiting or outcome == "waiting"
         return None if waiting else Searcher.FINISHED
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
@@ -217,6 +216,14 @@ class CellsSearcher(Searcher):
             self.__dict__.update(pickle.load(file), states={})
         for sub in self.subs.values():
             sub.searcher.reopen_journal()  # trials asked after the snapshot go back to the queue
+
+
+def proposal_order(cells: list[str]) -> Iterator[tuple[str, str]]:
+    """Every cell's finetuning first (it ends a cell), then cell by cell in the given order (run_cells: seed
+    by seed). So the cells finish one after another, and a batch stopped part-way (a time budget, a session
+    that ends) keeps whole cells, and whole seeds, rather than every cell part-way."""
+    yield from ((cell, PRIORITY[0]) for cell in cells)
+    yield from ((cell, stage) for cell in cells for stage in PRIORITY[1:])
 
 
 def cell_of(config: dict[str, Any]) -> tuple[Path, str]:
