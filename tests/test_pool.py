@@ -140,10 +140,10 @@ def test_sptune_report_reads_a_record_without_rewriting_it_and_pools_several(tmp
 
 
 def test_the_readme_confirmation_figures_are_what_its_kept_records_pool_to():
-    """The README's progress on the declared confirmation quotes the pooled report of docs/records: the
+    """The README's decision on the declared confirmation quotes the pooled report of docs/records: the
     command it shows, run on the committed records, prints the figures it states."""
     repo = SCRIPT.parents[1]
-    text = (repo / "README.md").read_text().split("**Progress, not the decision**", 1)[1].replace("−", "-")
+    text = (repo / "README.md").read_text().split("**The decision, at the declared 20 seeds**", 1)[1].replace("−", "-")
     command = re.search(r"```bash\nsptune report ([^\n`]+)\n```", text).group(1).split()
     lines = "\n".join(pool.pooled([repo / d for d in command]))
     n = re.search(r"On these (\d+) seeds", text).group(1)
