@@ -8,7 +8,8 @@ A local Ray instance with more slots than cores (`ray.init(num_cpus=--slots)`, 1
 experiment of --cells tune cells, each with the shape of a study: pretraining (a 2-point grid) ->
 finetuning from the selected pretraining trial (2 points) and scratch (2 points), at most 2 trials per
 stage at a time. Each trial's work is `--seconds` of sleep (benchmarks/reporting_trial.py): a slot held,
-no core used, so the figures measure the scheduling, not this machine's cores.
+no core used, so the figures measure the scheduling, except at the start: the first wave's trial actors
+import torch and Ray Tune together, and with more slots than cores that wait is set by the cores' speed.
 
 Printed: each cell's critical path (its longest pretraining trial + longest finetuning trial, or its
 longest scratch trial: the least time the cell could take with unlimited slots), the wall time of the
@@ -16,11 +17,17 @@ cells run one after another (each as a one-cell experiment in the same Ray insta
 `for cell in todo` loop ran them) and of the cells run concurrently, their ratio, and as the LAST line
 `slot utilization NN%` = busy slot-seconds / (slots x wall time) of the concurrent run, busy meaning
 from each trial's start to its end as its trial.json records them (Ray's actor start is not busy).
+Before it: where the idle slot-seconds went (before the first trial started, between the first start and
+the last end, after the last end), and the CPU seconds of one actor's imports, measured here in a fresh
+process, with the wait they imply for --slots actors starting on this machine's cores.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -47,15 +54,16 @@ def make_plan(keys: list[str]) -> Plan:
                 layout={"kind": "grid"}, cells=cells, backend="tune")
 
 
-def run_timed(experiment_dir: Path, keys: list[str], seconds: float) -> float:
-    start = time.perf_counter()
+def run_timed(experiment_dir: Path, keys: list[str], seconds: float) -> tuple[float, float]:
+    """The run's wall seconds, and its start in epoch seconds (the clock of trial.json's spans)."""
+    started, start = time.time(), time.perf_counter()
     # the declared grids: the figure is about packing a known set of trials, not about which grid wins
     failed = run_experiment(experiment_dir, make_plan(keys),
                             Options(max_concurrent=2, cpus_per_worker=1, extend_grids=False),
                             trainable=partial(reporting_stage, seconds=seconds))
     if failed:
         sys.exit(f"cells failed: {failed} (see {experiment_dir}/cells/<key>/error.txt)")
-    return time.perf_counter() - start
+    return time.perf_counter() - start, started
 
 
 def stage_spans(cell_dir: Path, stage: str) -> list[tuple[float, float]]:
@@ -66,6 +74,32 @@ def critical_path(cell_dir: Path) -> float:
     longest = {stage: max(end - start for start, end in stage_spans(cell_dir, stage))
                for stage in ("pretrain", "finetune", "scratch")}
     return max(longest["pretrain"] + longest["finetune"], longest["scratch"])
+
+
+def idle_parts(spans: list[tuple[float, float]], started: float, wall: float, slots: int) -> str:
+    """Where the idle slot-seconds went: before the first trial started (Tune's set-up, the first actors'
+    start), between the first start and the last end (trials waiting on their stage, actors starting), and
+    after the last trial ended (results, shutdown); with the most trials that ran at once."""
+    first, last = min(s for s, _ in spans), max(e for _, e in spans)
+    busy = sum(e - s for s, e in spans)
+    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    running = peak = 0
+    for _, step in events:
+        running += step
+        peak = max(peak, running)
+    lead, tail = slots * (first - started), slots * (started + wall - last)
+    between = slots * (last - first) - busy
+    return (f"idle slot-seconds: {lead:.0f} before the first trial, {between:.0f} between the first start and "
+            f"the last end, {tail:.0f} after the last trial; at most {peak} trials at once")
+
+
+def import_cpu_seconds() -> float:
+    """CPU seconds a fresh process takes to import what a trial actor imports before its trial starts
+    (the engine's trainable: torch, Ray Tune, sptune)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([sys.executable, "-c", "import sptune.tune.engine.driver"], check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
 def main() -> None:
@@ -85,20 +119,26 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         sequential = None
         if not args.skip_sequential:
-            sequential = sum(run_timed(Path(tmp) / "sequential" / key, [key], args.seconds) for key in keys)
+            sequential = sum(run_timed(Path(tmp) / "sequential" / key, [key], args.seconds)[0] for key in keys)
         concurrent_dir = Path(tmp) / "concurrent"
-        wall = run_timed(concurrent_dir, keys, args.seconds)
+        wall, started = run_timed(concurrent_dir, keys, args.seconds)
         cells = [concurrent_dir / files.CELLS / key for key in keys]
         for cell_dir in cells:
             print(f"{cell_dir.name}: critical path {critical_path(cell_dir):.1f} s")
-        busy = sum(end - start for cell_dir in cells for stage in ("pretrain", "finetune", "scratch")
-                   for start, end in stage_spans(cell_dir, stage))
+        spans = [span for cell_dir in cells for stage in ("pretrain", "finetune", "scratch")
+                 for span in stage_spans(cell_dir, stage)]
+        busy = sum(end - start for start, end in spans)
+        idle = idle_parts(spans, started, wall, args.slots)
     print(f"{args.cells} cells x 6 trials of {args.seconds:g} s on {args.slots} slots")
     if sequential is not None:
         print(f"sequential cells: {sequential:.1f} s wall; concurrent cells: {wall:.1f} s wall; "
               f"ratio {sequential / wall:.2f}x")
     else:
         print(f"concurrent cells: {wall:.1f} s wall")
+    print(idle)
+    imports = import_cpu_seconds()
+    print(f"a trial actor's imports: {imports:.1f} CPU-s; {args.slots} actors starting on {os.cpu_count()} cores: "
+          f"about {args.slots * imports / os.cpu_count():.0f} s before the first trial can start")
     print(f"slot utilization {100 * busy / (args.slots * wall):.0f}%")
 
 

@@ -41,7 +41,7 @@ def ray_instance():
         return
     # Ray's processes start from this environment: offline hub and the session's SPTUNE_CACHE.
     # num_gpus=0: the tests' cluster is the CI machine's, GPU-less, on a GPU node too.
-    ray.init(num_cpus=2, num_gpus=0, log_to_driver=False, logging_level=logging.WARNING)
+    ray.init(address="local", num_cpus=2, num_gpus=0, log_to_driver=False, logging_level=logging.WARNING)
     yield ray
     ray.shutdown()
 

@@ -5,7 +5,12 @@ import os
 import sys
 import threading
 
-if os.environ.get("CONFIG_WALK_OUT"):
+# Only the processes that can run sptune are traced: the walk's driver (`python -c`) and Ray's task workers.
+# Ray's own Python daemons (dashboard, agents, log monitor) never call sptune: tracing their event loops
+# would only cost CPU.
+_RUNS_SPTUNE = sys.orig_argv[1:2] == ["-c"] or any(a.endswith("default_worker.py") for a in sys.orig_argv)
+
+if os.environ.get("CONFIG_WALK_OUT") and _RUNS_SPTUNE:
     _OUT = os.path.join(os.environ["CONFIG_WALK_OUT"], f"trace-{os.getpid()}.tsv")
     _ROOT = os.environ["CONFIG_WALK_ROOT"]  # the sptune package folder walked
     _CONFIG = os.environ["CONFIG_WALK_CONFIG"]  # the config file as run_study was given it
@@ -23,9 +28,11 @@ if os.environ.get("CONFIG_WALK_OUT"):
             return any(_carries(v, depth + 1) for v in value)
         return False
 
-    def _profile(frame, event, arg):
+    def _on_call(frame, event, arg):
+        """The global trace function: called at each Python frame's start (no C calls, unlike a profiler's),
+        and returning None so that no frame is traced line by line."""
         code = frame.f_code
-        if event != "call" or not code.co_filename.startswith(_ROOT):
+        if not code.co_filename.startswith(_ROOT):
             return
         key = (code.co_filename, code.co_firstlineno)
         if key in _seen:
@@ -40,5 +47,5 @@ if os.environ.get("CONFIG_WALK_OUT"):
             with open(_OUT, "a") as out:
                 out.write(f"{os.path.relpath(code.co_filename, _ROOT)}\t{code.co_name}\n")
 
-    sys.setprofile(_profile)
-    threading.setprofile(_profile)
+    sys.settrace(_on_call)
+    threading.settrace(_on_call)

@@ -3,7 +3,7 @@
     python tools/config_walk/walk.py                       # the smoke study of configs/listops_mini_transformer.yaml
     python tools/config_walk/walk.py --config configs/ucr_osuleaf_s4.yaml
 
-It runs `sptune.run_study(config, smoke=True, num_samples=2)` with a profiler (sitecustomize.py beside this file)
+It runs `sptune.run_study(config, smoke=True, num_samples=2)` with a call tracer (sitecustomize.py beside this file)
 in the driver and in every Ray worker. A function counts, at its first call only (a loop over trials is walked
 once, as a call graph would be), when one of its arguments carries the config: the config file's path, a
 sptune Config, StudyState or TrialSpec, or a dict holding a resolved config. The counted functions, in call
@@ -59,8 +59,13 @@ def main() -> None:
     parser.add_argument("--config", default=str(REPO / "configs" / "listops_mini_transformer.yaml"))
     args = parser.parse_args()
     import sptune
+    from sptune import config as configs, registry
 
     config = str(Path(args.config).resolve())
+    # The task's data is made (ListOps is generated) here, untraced, before the walk: traced, the generator's
+    # millions of calls took minutes per trial, and they do not touch the config.
+    cfg = configs.load(config)
+    registry.get_task(cfg.task.name).load(cfg.task.data_dir or None)
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "CONFIG_WALK_OUT": tmp, "CONFIG_WALK_ROOT": str(Path(sptune.__file__).parent),
                "CONFIG_WALK_CONFIG": config, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
