@@ -76,21 +76,15 @@ def critical_path(cell_dir: Path) -> float:
     return max(longest["pretrain"] + longest["finetune"], longest["scratch"])
 
 
-def idle_parts(spans: list[tuple[float, float]], started: float, wall: float, slots: int) -> str:
+def idle_parts(spans: list[tuple[float, float]], busy: float, started: float, wall: float, slots: int) -> str:
     """Where the idle slot-seconds went: before the first trial started (Tune's set-up, the first actors'
-    start), between the first start and the last end (trials waiting on their stage, actors starting), and
-    after the last trial ended (results, shutdown); with the most trials that ran at once."""
+    start), between the first start and the last end (trials waiting on their stage), and after the last
+    trial ended (results, shutdown)."""
     first, last = min(s for s, _ in spans), max(e for _, e in spans)
-    busy = sum(e - s for s, e in spans)
-    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
-    running = peak = 0
-    for _, step in events:
-        running += step
-        peak = max(peak, running)
     lead, tail = slots * (first - started), slots * (started + wall - last)
     between = slots * (last - first) - busy
     return (f"idle slot-seconds: {lead:.0f} before the first trial, {between:.0f} between the first start and "
-            f"the last end, {tail:.0f} after the last trial; at most {peak} trials at once")
+            f"the last end, {tail:.0f} after the last trial")
 
 
 def import_cpu_seconds() -> float:
@@ -128,7 +122,7 @@ def main() -> None:
         spans = [span for cell_dir in cells for stage in ("pretrain", "finetune", "scratch")
                  for span in stage_spans(cell_dir, stage)]
         busy = sum(end - start for start, end in spans)
-        idle = idle_parts(spans, started, wall, args.slots)
+        idle = idle_parts(spans, busy, started, wall, args.slots)
     print(f"{args.cells} cells x 6 trials of {args.seconds:g} s on {args.slots} slots")
     if sequential is not None:
         print(f"sequential cells: {sequential:.1f} s wall; concurrent cells: {wall:.1f} s wall; "

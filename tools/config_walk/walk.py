@@ -62,8 +62,8 @@ def main() -> None:
     from sptune import config as configs, registry
 
     config = str(Path(args.config).resolve())
-    # The task's data is made (ListOps is generated) here, untraced, before the walk: traced, the generator's
-    # millions of calls took minutes per trial, and they do not touch the config.
+    # The task's data is made (ListOps is generated) here, untraced, before the walk: traced, the generator
+    # ran for minutes with no training step, and it does not touch the config.
     cfg = configs.load(config)
     registry.get_task(cfg.task.name).load(cfg.task.data_dir or None)
     with tempfile.TemporaryDirectory() as tmp:
