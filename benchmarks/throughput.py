@@ -58,7 +58,7 @@ def one_point(model_name: str, L: int, steps: int, d_model: int, n_layers: int, 
     task = Task(name="bench", seq_len=L, input_kind="tokens", num_classes=2, metric="accuracy", mask_ratio=0.15,
                 pretrain_loss="ce", loader=lambda *a: {}, vocab_size=259)
     torch.manual_seed(0)
-    model = build_backbone(cfg, task, mask_channel=False).to(dev)
+    model = build_backbone(cfg.model, task, mask_channel=False).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x = torch.randint(3, 259, (batch, L), device=dev)
 

@@ -128,11 +128,11 @@ def model_flops(cfg_key: str, stage: str) -> Any:
     x, lengths = example.inputs, example.lengths
     if stage == "pretrain":
         masked_continuous = cfg.objective.kind == "masked" and task.input_kind == "continuous"
-        model = build_pretrain_model(cfg, task, mask_channel=masked_continuous)
+        model = build_pretrain_model(cfg.model, cfg.objective, task, mask_channel=masked_continuous)
     else:
-        model = build_task_model(cfg, task)
+        model = build_task_model(cfg.model, task)
     if stage == "pretrain":
-        problem, lengths = train.denoise(cfg, task, x, lengths, step_draw(cfg.run.seed, 0))
+        problem, lengths = train.denoise(cfg.objective, task, x, lengths, step_draw(cfg.run.seed, 0))
         x = problem.inputs
     return flops.measure(model, x, lengths, task.seq_len)
 
@@ -177,7 +177,8 @@ def study_budget(state: StudyState, cell: str = "", stages: tuple[str, ...] = ST
                 stage_budget(trial_config(studies.trial_spec(Path(), state, stage), {}).to_dict(), stage,
                              studies.stage_trials(state, stage),
                              shape_points(studies.stage_space(state, stage).params), cell),
-                extra_trials=bracketing.max_extra_trials(state, stage))
+                extra_trials=bracketing.max_extra_trials(state.space["stages"][stage]["params"],
+                                                         state.options.extend_grids))
             for stage in stages]
 
 
@@ -331,8 +332,8 @@ def time_steps(run: Any, model: torch.nn.Module, trained: torch.nn.Module, secon
     from sptune.train_setup import make_optimizer, make_schedule
 
     cfg, device = run.cfg, run.device
-    optimizer = make_optimizer(model, cfg)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, make_schedule(cfg, cfg.optim.max_steps))
+    optimizer = make_optimizer(model, cfg.optim)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, make_schedule(cfg.optim, cfg.optim.max_steps))
     period = train.Period(device)
     with closing(train.prefetch(run, random_split(run.task, cfg.optim.batch_size), 0, sys.maxsize)) as batches:
         def step(i: int) -> None:

@@ -70,6 +70,12 @@ def get_task(name: str) -> Task:
     return TASKS[name]
 
 
+def get_model(name: str) -> Callable[[ModelConfig, bool], nn.Module]:
+    """The sequence layer's constructor of model `name` (model.name)."""
+    _check_name("model", name, MODELS, "model.name")
+    return MODELS[name]
+
+
 def check_names(cfg: Config) -> Config:
     """The config's task and model name each a registered one, or a one-line UserError naming the field
     and the choices. Every entry point that runs a config calls this right after loading it."""

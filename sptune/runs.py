@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from sptune import files, fingerprint
-from sptune.config import Config, ModelConfig, check_causal_norm, dump
+from sptune.config import Config, ModelConfig, ObjectiveConfig, check_causal_norm, dump
 from sptune.config import load as load_config
 from sptune.errors import UserError
 from sptune.registry import get_task
@@ -44,7 +44,7 @@ def resolve(cfg: Config, task: Task, stage: str, init_from: Path | None = None) 
         if pre.task.name != cfg.task.name:
             raise UserError(f"--from run was pretrained on task '{pre.task.name}', not '{cfg.task.name}'; "
                             f"finetune on the same task")
-        inherit_pretraining(cfg, pre, pre_dir)
+        cfg.model, cfg.objective = inherited(cfg.model, pre.model, pre.objective, pre_dir)
     if cfg.objective.mask_ratio == -1.0:
         cfg.objective.mask_ratio = task.mask_ratio
     if cfg.objective.loss == "auto":
@@ -59,22 +59,25 @@ def resolve(cfg: Config, task: Task, stage: str, init_from: Path | None = None) 
     return cfg
 
 
-def inherit_pretraining(cfg: Config, pre: Config, pre_dir: Path) -> None:
-    """The architecture and objective are the pretraining run's; finetuning changes the head and the
-    optimization (FINETUNE_MODEL_FIELDS). An architecture field the finetune config gives another value
-    is a contradiction: a silent replacement would record settings that never ran."""
-    mine = copy.deepcopy(cfg.model)
-    if pre.objective.kind == "causal":
+def inherited(mine: ModelConfig, pre_model: ModelConfig, pre_objective: ObjectiveConfig,
+              pre_dir: Path) -> tuple[ModelConfig, ObjectiveConfig]:
+    """The finetuning run's model and objective: the pretraining run's architecture and objective
+    (`pre_model`, `pre_objective`, read from `pre_dir`), with the fields finetuning may change
+    (FINETUNE_MODEL_FIELDS) from its own config. An architecture field the finetune config gives another
+    value is a contradiction: a silent replacement would record settings that never ran."""
+    mine = copy.deepcopy(mine)
+    if pre_objective.kind == "causal":
         mine.causal = True  # causal pretraining derived it (resolve); the finetune config need not repeat it
     architecture = [f.name for f in dataclasses.fields(ModelConfig) if f.name not in FINETUNE_MODEL_FIELDS]
-    clashes = [f"model.{name}={getattr(mine, name)} contradicts the pretraining run ({getattr(pre.model, name)})"
-               for name in architecture if getattr(mine, name) != getattr(pre.model, name)]
+    clashes = [f"model.{name}={getattr(mine, name)} contradicts the pretraining run ({getattr(pre_model, name)})"
+               for name in architecture if getattr(mine, name) != getattr(pre_model, name)]
     if clashes:
         raise UserError(f"{'; '.join(clashes)}; --from {pre_dir} fixes the architecture: drop or match "
                         f"{'this setting' if len(clashes) == 1 else 'these settings'}, or pretrain again with "
                         f"{'it' if len(clashes) == 1 else 'them'}")
-    cfg.model = dataclasses.replace(pre.model, **{name: getattr(cfg.model, name) for name in FINETUNE_MODEL_FIELDS})
-    cfg.objective = copy.deepcopy(pre.objective)  # pretraining-only settings: finetuning records the ones that ran
+    # pretraining-only settings (the objective): finetuning records the ones that ran
+    return (dataclasses.replace(pre_model, **{name: getattr(mine, name) for name in FINETUNE_MODEL_FIELDS}),
+            copy.deepcopy(pre_objective))
 
 
 def identify(cfg: Config, stage: str, init_from: Path | None = None) -> tuple[Config, fingerprint.Fingerprint]:

@@ -28,7 +28,7 @@ from torch import nn
 
 from sptune import atomic, checkpoints, files, fingerprint, flops, protocol, provenance, rng_state, selection
 from sptune.build import build_pretrain_model, build_task_model, count_parameters
-from sptune.config import STAGES, Config
+from sptune.config import STAGES, Config, ObjectiveConfig
 from sptune.data import (Prefetcher, batch, eval_batches, example_draw, step_draw, stage_steps, train_batch_index,
                          train_batch_size, train_fraction)
 from sptune.errors import UserError
@@ -124,8 +124,8 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
 
     # 4. Optimizer and schedule: AdamW with parameter groups; warmup then cosine or constant, per step.
     max_steps = stage_steps(cfg.optim.max_steps, cfg.optim.epochs, cfg.optim.batch_size, len(train_split))
-    optimizer = make_optimizer(model, cfg)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, make_schedule(cfg, max_steps))
+    optimizer = make_optimizer(model, cfg.optim)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, make_schedule(cfg.optim, max_steps))
 
     # 5. Resume from last.pt: model, optimizer, schedule, step, RNG and eval history. The best checkpoint
     #    is the best validation metric, a tie broken by the validation loss (sptune.selection).
@@ -133,7 +133,7 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
     if run.main_rank:  # only now: a checkpoint that cannot be used (--from, last.pt) leaves the directory as it was
         claim(run.run_dir, cfg, run.fp, restart)
     result: dict[str, Any] = {"stage": stage, "task": run.task.name, "model": cfg.model.name,
-                              "run_dir": str(run.run_dir), "metric": stage_metric_name(cfg, run.task, stage),
+                              "run_dir": str(run.run_dir), "metric": stage_metric_name(cfg.objective, run.task, stage),
                               "n_params": count_parameters(model),
                               "init_from": str(pretrain_dir(init_from)) if init_from else None,
                               "provenance": provenance.of_run(model, run.device, cfg.run.precision)}
@@ -145,8 +145,8 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
     loop = Loop(run, model, trained, ddp, run_model, optimizer, scheduler, state, len(train_split), splits["val"],
                 result["metric"], max_steps, on_eval)
     with closing(make_writer(run.run_dir, run.main_rank)) as writer:
-        with closing(make_progress(cfg, max_steps, state["step"], f"{stage} {run.task.name}/{cfg.model.name}")) \
-                as progress, closing(prefetch(run, train_split, state["step"], max_steps)) as batches:
+        bar = make_progress(cfg.run.progress, max_steps, state["step"], f"{stage} {run.task.name}/{cfg.model.name}")
+        with closing(bar) as progress, closing(prefetch(run, train_split, state["step"], max_steps)) as batches:
             failure = train_loop(loop, batches, writer, progress)
         if failure is not None:
             log.error("%s failed: %s", run.run_dir.name, failure)
@@ -198,14 +198,14 @@ def build_model(run: Run, train_split: Split, init_from: Path | None) -> tuple[S
     cfg, task = run.cfg, run.task
     if run.stage == "pretrain":
         masked_continuous = cfg.objective.kind == "masked" and task.input_kind == "continuous"
-        model = build_pretrain_model(cfg, task, mask_channel=masked_continuous)
+        model = build_pretrain_model(cfg.model, cfg.objective, task, mask_channel=masked_continuous)
     else:
-        model = build_task_model(cfg, task)
+        model = build_task_model(cfg.model, task)
         if init_from is not None:
             load_pretrained_backbone(model, pretrain_dir(init_from))
     x1, _, lengths1 = batch(train_split, torch.tensor([0]))
     if run.stage == "pretrain":
-        d1, lengths1 = denoise(cfg, task, x1, lengths1, step_draw(cfg.run.seed, 0))
+        d1, lengths1 = denoise(cfg.objective, task, x1, lengths1, step_draw(cfg.run.seed, 0))
         x1 = d1.inputs
     return model, flops.measure(model, x1, lengths1, task.seq_len)
 
@@ -398,11 +398,11 @@ def test_entries(test: dict[str, Any]) -> dict[str, Any]:
     return entries
 
 
-def stage_metric_name(cfg: Config, task: Task, stage: str) -> str:
+def stage_metric_name(objective: ObjectiveConfig, task: Task, stage: str) -> str:
     """The validation / test metric a stage reports: the task's own, or the denoising objective's in pretraining."""
     pretraining = stage == "pretrain"
-    name = "masked_accuracy" if pretraining and cfg.objective.loss == "ce" else ("masked_r2" if pretraining else task.metric)
-    return name.replace("masked", "next") if pretraining and cfg.objective.kind == "causal" else name
+    name = "masked_accuracy" if pretraining and objective.loss == "ce" else ("masked_r2" if pretraining else task.metric)
+    return name.replace("masked", "next") if pretraining and objective.kind == "causal" else name
 
 
 def fresh_state() -> dict[str, Any]:
@@ -434,13 +434,13 @@ def finish(result: dict[str, Any], state: dict[str, Any], cost: flops.Flops, wor
 
 
 # ----------------------------------------------------------------------------- pieces of the loop
-def denoise(cfg: Config, task: Task, x: torch.Tensor, lengths: torch.Tensor,
+def denoise(objective: ObjectiveConfig, task: Task, x: torch.Tensor, lengths: torch.Tensor,
             draw: MaskDraw) -> tuple[Denoising, torch.Tensor]:
     """The pretraining problem of a batch (§2) and its lengths; each document of a pair is its own sequence."""
     if task.paired:
         x, lengths = x.reshape(-1, x.shape[-1]), lengths.reshape(-1)  # (2B, L)
-    if cfg.objective.kind == "masked":
-        return masked_denoising(x, lengths, cfg.objective.mask_ratio, draw), lengths
+    if objective.kind == "masked":
+        return masked_denoising(x, lengths, objective.mask_ratio, draw), lengths
     return causal_denoising(x, lengths), lengths
 
 
@@ -483,7 +483,7 @@ def make_problem(cfg: Config, task: Task, stage: str, x: torch.Tensor, y: torch.
                  draw: MaskDraw) -> Problem:
     if stage != "pretrain":
         return Problem(x, lengths, y, None, 1)
-    d, lengths = denoise(cfg, task, x, lengths, draw)
+    d, lengths = denoise(cfg.objective, task, x, lengths, draw)
     return Problem(d.inputs, lengths, d.targets, d.loss_mask, 2 if task.paired else 1)
 
 

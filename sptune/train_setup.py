@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from sptune import files
-from sptune.config import Config
+from sptune.config import OptimConfig
 from sptune.errors import UserError
 
 log = logging.getLogger("sptune.train")
@@ -69,7 +69,7 @@ def make_writer(run_dir: Path, main_rank: bool):
     return SummaryWriter(str(run_dir / files.TENSORBOARD))
 
 
-def make_optimizer(model: nn.Module, cfg: Config) -> torch.optim.Optimizer:
+def make_optimizer(model: nn.Module, optim: OptimConfig) -> torch.optim.Optimizer:
     """AdamW groups: SSM parameters with their own tagged lr and no weight decay (S4 convention),
     biases and norm weights without weight decay, the rest with optim.weight_decay."""
     decay, no_decay, tagged = [], [], {}
@@ -83,13 +83,13 @@ def make_optimizer(model: nn.Module, cfg: Config) -> torch.optim.Optimizer:
             no_decay.append(p)
         else:
             decay.append(p)
-    groups = [{"params": decay, "weight_decay": cfg.optim.weight_decay},
+    groups = [{"params": decay, "weight_decay": optim.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
     groups += [{"params": ps, **dict(opt)} for opt, ps in tagged.items()]
     groups = [g for g in groups if g["params"]]
     # One fused kernel for all parameters on CUDA; elsewhere the multi-tensor (foreach) implementation.
     on_cuda = all(p.is_cuda for g in groups for p in g["params"])
-    return torch.optim.AdamW(groups, lr=cfg.optim.lr, betas=cfg.optim.betas,
+    return torch.optim.AdamW(groups, lr=optim.lr, betas=optim.betas,
                              **({"fused": True} if on_cuda else {"foreach": True}))
 
 
@@ -122,13 +122,13 @@ def compile_model(model: nn.Module, device: torch.device) -> nn.Module:
     return torch.compile(model)
 
 
-def make_schedule(cfg: Config, max_steps: int) -> Callable[[int], float]:
-    warmup = cfg.optim.warmup_steps
+def make_schedule(optim: OptimConfig, max_steps: int) -> Callable[[int], float]:
+    warmup = optim.warmup_steps
 
     def factor(step: int) -> float:
         if step < warmup:
             return (step + 1) / warmup
-        if cfg.optim.schedule == "constant":
+        if optim.schedule == "constant":
             return 1.0
         progress = (step - warmup) / max(1, max_steps - warmup)
         return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
@@ -136,8 +136,9 @@ def make_schedule(cfg: Config, max_steps: int) -> Callable[[int], float]:
     return factor
 
 
-def make_progress(cfg: Config, total: int, initial: int, desc: str):
+def make_progress(show: bool, total: int, initial: int, desc: str):
+    """A progress bar where `show` (run.progress) asks for one and stderr is a terminal."""
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, initial=initial, desc=desc, disable=not (cfg.run.progress and sys.stderr.isatty()),
+    return tqdm(total=total, initial=initial, desc=desc, disable=not (show and sys.stderr.isatty()),
                 leave=False, dynamic_ncols=True)

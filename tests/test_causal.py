@@ -38,7 +38,7 @@ def test_causal_backbone_has_no_future_leak(model, mode):
                              "model.n_heads=2", "model.d_state=8", "model.n_layers=2", "model.pos_encoding=rotary",
                              "model.dropout=0.1"])
     torch.manual_seed(0)
-    backbone = build_backbone(cfg, continuous_task(L), mask_channel=False).train(mode == "train")
+    backbone = build_backbone(cfg.model, continuous_task(L), mask_channel=False).train(mode == "train")
     # FFT convolution (S4, DLR) leaves float round-off (~1e-9) at future lags: a leak would be O(past).
     assert future_leak(backbone, L) <= 1e-5, f"{model} ({mode} mode): an output depends on the future"
 
@@ -49,7 +49,7 @@ def test_batch_norm_leaks_the_future_in_training_mode():
     cfg.model.causal, cfg.model.norm, cfg.model.d_model, cfg.model.d_state = True, "batch", 16, 8
     cfg.model.name = "s4"
     torch.manual_seed(0)
-    backbone = build_backbone(cfg, continuous_task(24), mask_channel=False)
+    backbone = build_backbone(cfg.model, continuous_task(24), mask_channel=False)
     assert future_leak(backbone.eval(), 24) <= 1e-5  # running statistics: per position, causal
     assert future_leak(backbone.train(), 24) > 1e-3  # batch statistics: the future leaks in
 
@@ -72,7 +72,7 @@ def test_causal_model_with_batch_norm_is_refused(tmp_path):
 @pytest.mark.parametrize("model", ["transformer", "s4", "dlr"])
 def test_bidirectional_backbone_sees_the_future(model):
     cfg = config.load(None, [f"model.name={model}", "model.d_model=16", "model.n_heads=2", "model.d_state=8"])
-    backbone = build_backbone(cfg, continuous_task(16), mask_channel=False).eval()
+    backbone = build_backbone(cfg.model, continuous_task(16), mask_channel=False).eval()
     x = torch.randn(1, 16, 3, requires_grad=True)
     out = backbone(x)
     (grad,) = torch.autograd.grad(out[0, 0] @ torch.randn(out.shape[-1]), x)

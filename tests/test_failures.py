@@ -61,9 +61,9 @@ def test_a_gpu_study_on_a_gpu_less_cluster_stops_up_front(tmp_path, ray_instance
 def test_single_gpu_trials_take_the_direct_path():
     assert trainable.choose_path(1, 1) == "direct" and trainable.choose_path(1, 0.5) == "direct"
     assert trainable.choose_path(1, 2) == "train" and trainable.choose_path(2, 1) == "train"
-    spec = trainable.TrialSpec(stage="scratch", base={}, study_dir=".", path="direct", cpus_per_worker=4,
-                               gpus_per_worker=1)
-    assert trainable.trial_resources(spec) == {"CPU": 4, "GPU": 1}
+    assert trainable.trial_resources("direct", 4, 1) == {"CPU": 4, "GPU": 1}
+    assert trainable.trial_resources("direct", 2, 0) == {"CPU": 2}
+    assert trainable.trial_resources("train", 4, 1) == trainable.DRIVER_RESOURCES
 
 
 # ----------------------------------------------------------------------------- failures

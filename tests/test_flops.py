@@ -23,7 +23,7 @@ def pretrain_model(name, L, *extra):
     cfg = config.load(None, [f"model.name={name}", "model.d_model=16", "model.n_layers=2", "model.n_heads=2",
                              "model.d_ff=32", "model.d_state=8", "objective.loss=ce", *extra])
     torch.manual_seed(0)
-    return build_pretrain_model(cfg, token_task(L), mask_channel=False)
+    return build_pretrain_model(cfg.model, cfg.objective, token_task(L), mask_channel=False)
 
 
 def per_example(model, L):
@@ -112,7 +112,8 @@ def test_run_reports_counted_flops_and_eval_cost(tmp_path):
                              f"run.out_dir={tmp_path}"])
     result = train.pretrain(cfg)
     task = get_task("listops-mini")
-    model = build_pretrain_model(runs.resolve(cfg, task, "pretrain"), task, mask_channel=False)
+    resolved = runs.resolve(cfg, task, "pretrain")
+    model = build_pretrain_model(resolved.model, resolved.objective, task, mask_channel=False)
     cost = per_example(model, 256)
     # 4 steps of 8 examples; 3 eval passes (2 val, 1 test) of 16 examples in batches of 8.
     assert result["examples_seen"] == 32

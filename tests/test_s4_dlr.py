@@ -150,7 +150,7 @@ def test_config_dt_range_and_ssm_lr_reach_the_layers(name):
 
     cfg = config.load(None, [f"model.name={name}", "model.d_model=4", "model.n_layers=1", "model.d_ff=0",
                              "model.d_state=8", "model.dt_min=0.01", "model.dt_max=0.02", "model.ssm_lr=3e-4"])
-    layer = next(m for m in build_task_model(cfg, get_task(cfg.task.name)).modules()
+    layer = next(m for m in build_task_model(cfg.model, get_task(cfg.task.name)).modules()
                  if isinstance(m, (S4Layer, DLRLayer)))
     if name == "s4":
         dt, tagged = layer.ssm_params()[0], layer.log_dt

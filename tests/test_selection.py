@@ -67,7 +67,8 @@ def test_evaluation_does_not_depend_on_the_batch_size(stage):
     task = get_task("listops-mini")
     cfg = runs.resolve(config.load(None, TINY + ["objective.mask_ratio=0.15"]), task, stage)
     torch.manual_seed(0)
-    model = build_pretrain_model(cfg, task, mask_channel=False) if stage == "pretrain" else build_task_model(cfg, task)
+    model = build_pretrain_model(cfg.model, cfg.objective, task, mask_channel=False) if stage == "pretrain" \
+        else build_task_model(cfg.model, task)
     val = task.load(None, seed=0)["val"]
     evals = []
     for batch_size in (8, 32):

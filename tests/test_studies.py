@@ -33,7 +33,7 @@ def test_sizing_lands_within_10_percent_of_each_table9_budget(model, budget):
     from sptune.build import build_task_model, count_parameters
     from sptune.registry import get_task
 
-    assert count_parameters(build_task_model(cfg, get_task("image"))) == fit.n_params
+    assert count_parameters(build_task_model(cfg.model, get_task("image"))) == fit.n_params
     assert fit.d_model % sizing.width_quantum(cfg) == 0
 
 
@@ -345,7 +345,7 @@ def model_params(cell) -> int:
     from sptune.registry import get_task
 
     cfg = config.load(None, list(cell.overrides), stage="scratch")
-    return count_parameters(build_task_model(cfg, get_task(cfg.task.name)))
+    return count_parameters(build_task_model(cfg.model, get_task(cfg.task.name)))
 
 
 def test_report_marks_missing_runs(tmp_path):

@@ -188,7 +188,7 @@ def test_ssm_parameters_get_their_own_optimizer_group():
 
     cfg = config.load(None, ["model.name=s4", "model.d_model=8", "model.d_state=8", "model.ssm_lr=2e-4",
                              "optim.weight_decay=0.1"])
-    opt = train_setup.make_optimizer(build_task_model(cfg, get_task("listops-mini")), cfg)
+    opt = train_setup.make_optimizer(build_task_model(cfg.model, get_task("listops-mini")), cfg.optim)
     ssm_groups = [g for g in opt.param_groups if g["lr"] == 2e-4]
     assert ssm_groups and all(g["weight_decay"] == 0.0 for g in ssm_groups)
     assert any(g["weight_decay"] == 0.1 for g in opt.param_groups)
@@ -348,7 +348,7 @@ def test_optimizer_is_foreach_on_cpu_and_keeps_the_ssm_groups():
     from sptune.registry import get_task
 
     cfg = config.load(None, ["model.name=s4", "model.d_model=8", "model.d_state=8", "model.ssm_lr=2e-4"])
-    opt = train_setup.make_optimizer(build_task_model(cfg, get_task("listops-mini")), cfg)
+    opt = train_setup.make_optimizer(build_task_model(cfg.model, get_task("listops-mini")), cfg.optim)
     assert all(g["foreach"] and not g["fused"] for g in opt.param_groups)
     assert any(g["lr"] == 2e-4 and g["weight_decay"] == 0.0 for g in opt.param_groups)
 

@@ -48,7 +48,7 @@ def _backbone(cfg: Config) -> nn.Module:
     task = get_task(cfg.task.name)
     # A masked-SPT model of continuous inputs has one extra input column, the mask indicator (train.py).
     mask_channel = cfg.objective.kind == "masked" and task.input_kind == "continuous"
-    return build_backbone(cfg, task, mask_channel)
+    return build_backbone(cfg.model, task, mask_channel)
 
 
 def pretrained_vs_init(run_dir: str | Path) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Choose width / depth (and state size for SSMs) so a task model lands within 10% of a parameter budget.
 
 Appendix E (Table 9) compares models of 100K, 300K, 1M, 3M and 10M parameters. The count is the one the
-trainer reports: `count_parameters(build_task_model(cfg, task))`, the finetuning / scratch model.
+trainer reports: `count_parameters(build_task_model(cfg.model, task))`, the finetuning / scratch model.
 
 For a fixed depth and state size the count is a quadratic in the width H (attention and the S4 output
 mix are H x H, feed-forward H x r*H, embeddings and heads linear in H), so three small builds give the
@@ -51,7 +51,7 @@ def count(base: list[str], width: int, depth: int, d_state: int, ff_ratio: float
     d_ff = int(round(ff_ratio * width))
     cfg = load(None, base + [f"model.d_model={width}", f"model.n_layers={depth}", f"model.d_ff={d_ff}",
                              f"model.d_state={d_state}"])
-    return count_parameters(build_task_model(cfg, get_task(cfg.task.name))), d_ff
+    return count_parameters(build_task_model(cfg.model, get_task(cfg.task.name))), d_ff
 
 
 def fit_depth(base: list[str], budget: int, depth: int, d_state: int, ff_ratio: float, quantum: int,

@@ -45,7 +45,7 @@ from sptune.tune.engine.session import ray_session
 from sptune.tune.records import bracketing, journal, results, seeds, studies, study_state
 from sptune.tune.records.study_state import DONE, StudyState, stage_finished
 from sptune.tune.trials import outcomes, resources, stopped
-from sptune.tune.trials.trainable import LINEAGE_KEY, stage_trainable, trial_resources
+from sptune.tune.trials.trainable import LINEAGE_KEY, stage_trainable
 
 log = logging.getLogger("sptune.tune")
 
@@ -237,9 +237,11 @@ def cell_trainable(config: dict[str, Any], stage_fn: Callable[..., None] = stage
     stage_fn(config, spec=studies.trial_spec(study_dir, study_state.load(study_dir), stage))
 
 
-def fit_packing(state: StudyState) -> StudyState:
-    """A study whose trials share GPUs (--trials-per-gpu) asks each trial for the CPUs this cluster's GPU
-    nodes have per slot; study.json keeps it, for the trials that read their spec from there."""
+def fit_packing(study_dir: Path) -> StudyState:
+    """The cell's study.json, where a study whose trials share GPUs (--trials-per-gpu) asks each trial for
+    the CPUs this cluster's GPU nodes have per slot; study.json keeps it, for the trials that read their spec
+    from there."""
+    state = study_state.load(study_dir)
     options = state.options
     if not options.trials_per_gpu:
         return state
@@ -252,15 +254,14 @@ def fit_packing(state: StudyState) -> StudyState:
     return state
 
 
-def cell_placements(cell_dirs: dict[str, Path], states: dict[str, StudyState],
+def cell_placements(cell_dirs: dict[str, Path], bounds: dict[str, studies.CellBounds],
                     served: list[str]) -> dict[str, dict[str, float]]:
     """Each cell's trial resources: the cells this run continues, and the other cells of the Tune run it
     restores. Tune's restore re-adds every trial it recorded and asks each for its resources, those of
     cells that finished after the run began included (they stay TERMINATED and never run again)."""
     siblings = Path(next(iter(cell_dirs.values()))).parent
-    dirs = {**{key: siblings / key for key in served if (siblings / key / files.STUDY).is_file()},
-            **cell_dirs}
-    return {key: trial_resources(studies.trial_spec(path, states.get(key) or study_state.load(path), "scratch"))
+    dirs = {**{key: siblings / key for key in served if (siblings / key / files.STUDY).is_file()}, **cell_dirs}
+    return {key: (bounds.get(key) or studies.cell_bounds(study_state.load(path))).resources
             for key, path in dirs.items()}
 
 
@@ -306,14 +307,15 @@ def run_cells(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callab
     from ray import tune as ray_tune
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
-    states = {key: fit_packing(study_state.load(path)) for key, path in cell_dirs.items()}
+    states = {key: fit_packing(path) for key, path in cell_dirs.items()}
+    bounds = {key: studies.cell_bounds(state) for key, state in states.items()}
     resources.check_cluster(max(state.options.gpus_per_worker for state in states.values()))
     for state in states.values():
         loggers.prepare(state.options.logger)
         loggers.create_experiment(state.options.logger, Path(state.dir))
     storage = experiment_dir / "tune"
     name = tune_run_name(storage, sorted(cell_dirs))
-    placement = cell_placements(cell_dirs, states, served_cells(storage, name))
+    placement = cell_placements(cell_dirs, bounds, served_cells(storage, name))
     fn = ray_tune.with_resources(ray_tune.with_parameters(preemption.unless_spent(cell_trainable), stage_fn=stage_fn),
                                  partial(trial_placement, placement))
     stop_key = stopping.key(experiment_dir, name)  # signals and --time-budget end the run at a step boundary
@@ -323,20 +325,20 @@ def run_cells(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callab
     else:
         groups = [(str(Path(path)), stage) for path in cell_dirs.values() for stage in stages]
         tuner = ray_tune.Tuner(fn, tune_config=ray_tune.TuneConfig(
-            search_alg=CellsSearcher(cell_dirs, stop_key, stages), num_samples=total_trials(states),
+            search_alg=CellsSearcher(cell_dirs, stop_key, stages), num_samples=total_trials(bounds),
             scheduler=GroupScheduler(group_scheduler), reuse_actors=True,
             trial_dirname_creator=_trial_name, trial_name_creator=_trial_name),
             run_config=ray_tune.RunConfig(
                 name=name, storage_path=str(storage), verbose=verbose,
                 # Node losses are retried without limit, other crashes max_failures times (preemption).
-                failure_config=ray_tune.FailureConfig(max_failures=preemption.tune_limit(max_failures(states))),
+                failure_config=ray_tune.FailureConfig(max_failures=preemption.tune_limit(max_failures(bounds))),
                 checkpoint_config=ray_tune.CheckpointConfig(num_to_keep=1),
                 # Tune's own TensorBoard logger is left out: a study's TensorBoard runs are its trials'.
                 callbacks=[stopping.StopAtStepBoundary(stop_key), mirroring.PushMirror(), JsonLoggerCallback(),
-                           CSVLoggerCallback(), preemption.NodeLossRetries(max_failures(states)),
+                           CSVLoggerCallback(), preemption.NodeLossRetries(max_failures(bounds)),
                            GroupCallbacks(partial(group_callbacks, len(cell_dirs) == 1),
                                           groups if len(cell_dirs) == 1 else [])]))
-    fit(tuner, stop_key, concurrency_bound(states), time_budget_s)
+    fit(tuner, stop_key, concurrency_bound(bounds), time_budget_s)
 
 
 def fit(tuner: Any, stop_key: str, concurrency: int, time_budget_s: float | None) -> None:
@@ -387,21 +389,18 @@ def pending_trials(count: int) -> Iterator[None]:
         os.environ.pop(PENDING_ENV, None)
 
 
-def total_trials(states: dict[str, StudyState]) -> int:
+def total_trials(bounds: dict[str, studies.CellBounds]) -> int:
     """Every trial any cell may run: Tune's upper bound (the searcher says FINISHED when all cells are done)."""
-    total = sum(studies.stage_trials(state, stage) + bracketing.max_extra_trials(state, stage)
-                for state in states.values() for stage in STAGES if stage not in state.stage_status)
-    return max(total, 1)
+    return max(sum(cell.trials for cell in bounds.values()), 1)
 
 
-def concurrency_bound(states: dict[str, StudyState]) -> int:
+def concurrency_bound(bounds: dict[str, studies.CellBounds]) -> int:
     """The most trials the cells' stages may run at once (each stage at its max_concurrent)."""
-    return sum(state.options.max_concurrent * sum(p not in state.stage_status for p in STAGES)
-               for state in states.values()) or 1
+    return sum(cell.concurrency for cell in bounds.values()) or 1
 
 
-def max_failures(states: dict[str, StudyState]) -> int:
-    return max((state.options.max_failures for state in states.values()), default=0)
+def max_failures(bounds: dict[str, studies.CellBounds]) -> int:
+    return max((cell.max_failures for cell in bounds.values()), default=0)
 
 
 def _trial_name(trial: Any) -> str:

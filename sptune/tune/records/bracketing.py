@@ -149,11 +149,10 @@ def record(state: StudyState, stage: str, step: dict[str, Any]) -> None:
         steps.append(step)
 
 
-def max_extra_trials(state: StudyState, stage: str) -> int:
-    """The most trials extensions can add to a stage (0 when the study's grids do not extend): Tune's trial
-    count and the plan leave room for them."""
-    if not state.options.extend_grids:
+def max_extra_trials(params: dict[str, Any], extend_grids: bool) -> int:
+    """The most trials extensions can add to a stage searching `params` (its grid as study.json keeps it; 0
+    when the study's grids do not extend): Tune's trial count and the plan leave room for them."""
+    if not extend_grids:
         return 0
-    params = state.space["stages"][stage]["params"]
     return 2 * MAX_STEPS * sum(ordered_grid(key, grid) for key, grid in params.items()) * \
         len(params.get(FOLD_KEY, [0]))  # a cross-validated stage runs each new value on every fold

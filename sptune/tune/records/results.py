@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 from sptune import files, protocol
 from sptune.tune.records import boundary, study_state
-from sptune.tune.records.study_state import StudyState
+from sptune.tune.records.study_state import Selection
 from sptune.tune.records.trial_rows import COLUMNS, RESULT_KEYS, TrialRow
 from sptune.config import STAGES
 from sptune.atomic import write_text as write_text_atomic
@@ -47,8 +47,9 @@ def collect(study_dir: str | Path) -> list[TrialRow]:
         stage_done = state is not None and state.stage_done(stage)
         for run_dir in sorted(p for p in stage_dir.iterdir() if (p / "trial.json").is_file()):
             rows.append(trial_row(run_dir, stage_done))
+    extensions = state.extensions if state is not None else {}
     for row in rows:
-        row["extension"] = is_extension(row, state)
+        row["extension"] = is_extension(row, extensions)
     for stage in STAGES:
         best, how = best_row(rows, stage)
         if best is None:
@@ -60,16 +61,17 @@ def collect(study_dir: str | Path) -> list[TrialRow]:
     return rows
 
 
-def is_extension(row: TrialRow, state: StudyState | None) -> bool:
-    """Whether the trial ran a value its grid's extension added (sptune.tune.records.bracketing)."""
-    steps = state.extensions.get(row["stage"], []) if state else []
+def is_extension(row: TrialRow, extensions: dict[str, list[dict[str, Any]]]) -> bool:
+    """Whether the trial ran a value its grid's extension added (`extensions`: study.json's record of them,
+    per stage; sptune.tune.records.bracketing)."""
+    steps = extensions.get(row["stage"], [])
     return any("value" in step and row.get(step["param"]) == step["value"] for step in steps)
 
 
-def extension_lines(state: StudyState | None) -> list[str]:
+def extension_lines(extensions: dict[str, list[dict[str, Any]]]) -> list[str]:
     """Each stage's grid extensions, as the table gives them."""
     out = []
-    for stage, steps in (state.extensions if state else {}).items():
+    for stage, steps in extensions.items():
         added = [f"{s['param']} {s['side']} to {s['value']:g}" for s in steps if "value" in s]
         stopped = [f"{s['param']} {s['side']}: stopped at {s['stopped']}" for s in steps if "stopped" in s]
         out.append(f"{stage} grid extension: " + "; ".join(added + stopped))
@@ -195,8 +197,8 @@ def summary(study_dir: str | Path, rows: list[TrialRow] | None = None) -> str:
                      + f" {best['metric']:>17s} {best['best_val']:9.4f} {_loss(best.get('best_val_loss')):>8s} "
                      f"{best['best_step']:6d} {best['test_metric']:7.4f} {best['wall_seconds'] or 0:7.0f} "
                      f"{stage_cost:11.0f} {stage_flops(rows, stage):11.3g}  {best['selected_by']}")
-    lines += _comparison(rows, state)
-    lines += extension_lines(state)
+    lines += _comparison(rows, state.selected if state else None)
+    lines += extension_lines(state.extensions if state else {})
     lines += boundary.warnings({stage: selected_row(rows, stage) for stage in STAGES}, state.space if state else {})
     lines += where(rows)
     failed = [r for r in rows if r.get("status") == "failed"]
@@ -233,9 +235,9 @@ def stage_flops(rows: list[TrialRow], stage: str) -> float:
     return sum((r.get("train_flops") or 0.0) + (r.get("eval_flops") or 0.0) for r in rows if r["stage"] == stage)
 
 
-def _comparison(rows: list[TrialRow], state: StudyState | None) -> list[str]:
+def _comparison(rows: list[TrialRow], selected: Selection | None) -> list[str]:
+    """The pretraining trial finetuning started from (`selected`, study.json's), and SPT against scratch."""
     scratch, finetune = selected_row(rows, "scratch"), selected_row(rows, "finetune")  # final selections only
-    selected = state.selected if state else None
     lines = [""]
     if selected:
         lines.append(f"finetuning started from pretraining trial {selected.trial} at its best checkpoint "

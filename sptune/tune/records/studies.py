@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +40,10 @@ from sptune.config import load as load_config
 from sptune.errors import UserError
 from sptune.registry import check_names
 from sptune.tune import loggers, spaces
-from sptune.tune.records import layout, results, study_state
+from sptune.tune.records import bracketing, layout, results, study_state
 from sptune.tune.options import Options, Resolved
 from sptune.tune.records.study_state import Selection, StudyState
-from sptune.tune.trials.trainable import PATHS, TrialSpec, choose_path
+from sptune.tune.trials.trainable import PATHS, TrialSpec, choose_path, trial_resources
 
 log = logging.getLogger("sptune.tune")
 
@@ -78,7 +78,10 @@ def resolve(config_path: str | None, overrides: list[str], space_path: str | Non
     options = options or Options()
     # The smoke settings first: an override on the command line still wins (`--smoke optim.max_steps=40`).
     overrides = (SMOKE_OVERRIDES if options.smoke else []) + list(overrides)
-    stages = {stage: check_names(load_config(config_path, overrides, stage=stage)).to_dict() for stage in STAGES}
+    loaded = {stage: load_config(config_path, overrides, stage=stage) for stage in STAGES}
+    stages = {stage: cfg.to_dict() for stage, cfg in loaded.items()}
+    for cfg in loaded.values():
+        check_names(cfg)
     task, model = stages["scratch"]["task"]["name"], stages["scratch"]["model"]["name"]
     if space is None:
         space = spaces.load(space_path or spaces.default_path(task, model))
@@ -185,6 +188,28 @@ def describe_path(options: Resolved) -> str:
 
 
 # ----------------------------------------------------------------------------- what the engine reads
+@dataclass(frozen=True)
+class CellBounds:
+    """What the engine's Tune run needs of a cell before it starts, read once from its study.json: plain
+    numbers, so the engine sizes the run without handling the cell's configs."""
+
+    resources: dict[str, float]  # one trial's request (every stage of a cell asks the same)
+    trials: int  # the most trials its unfinished stages may run, grid extensions included
+    concurrency: int  # the most of them at once (each unfinished stage at max_concurrent)
+    max_failures: int
+
+
+def cell_bounds(state: StudyState) -> CellBounds:
+    options = state.options
+    todo = [stage for stage in STAGES if stage not in state.stage_status]
+    trials = sum(stage_trials(state, stage) + bracketing.max_extra_trials(state.space["stages"][stage]["params"],
+                                                                           options.extend_grids)
+                 for stage in todo)
+    return CellBounds(resources=trial_resources(options.path, options.cpus_per_worker, options.gpus_per_worker),
+                      trials=trials, concurrency=options.max_concurrent * len(todo),
+                      max_failures=options.max_failures)
+
+
 def stage_space(state: StudyState, stage: str) -> spaces.StageSpace:
     """The stage's grid as study.json keeps it, parsed."""
     return spaces.parse({"stages": {stage: state.space["stages"][stage]}}).stages[stage]

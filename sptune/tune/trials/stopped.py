@@ -70,14 +70,14 @@ def stopped_result(run_dir: Path, stage: str, world: int = 1) -> dict[str, Any]:
     splits = task.load(cfg.task.data_dir or None, seed=cfg.run.seed)
     pretraining = stage == "pretrain"
     masked_continuous = pretraining and cfg.objective.kind == "masked" and task.input_kind == "continuous"
-    model = build_pretrain_model(cfg, task, mask_channel=masked_continuous) if pretraining \
-        else build_task_model(cfg, task)
+    model = build_pretrain_model(cfg.model, cfg.objective, task, mask_channel=masked_continuous) if pretraining \
+        else build_task_model(cfg.model, task)
     # The FLOPs per example as run_stage counts them (on a meta copy, from one training example).
     train_split = train_fraction(splits["train"], cfg.task.train_fraction)
     max_steps = stage_steps(cfg.optim.max_steps, cfg.optim.epochs, cfg.optim.batch_size, len(train_split))
     x1, _, lengths1 = batch(train_split, torch.tensor([0]))
     if pretraining:
-        d1, lengths1 = train.denoise(cfg, task, x1, lengths1, step_draw(cfg.run.seed, 0))
+        d1, lengths1 = train.denoise(cfg.objective, task, x1, lengths1, step_draw(cfg.run.seed, 0))
         x1 = d1.inputs
     cost = flops.measure(model, x1, lengths1, task.seq_len)
     model.to(device)
@@ -89,6 +89,7 @@ def stopped_result(run_dir: Path, stage: str, world: int = 1) -> dict[str, Any]:
                           keep_hits=not pretraining)
     train.count_eval(state, test)  # the test pass is part of the trial's cost, as for a completed trial
     result: dict[str, Any] = {"stage": stage, "task": task.name, "model": cfg.model.name, "run_dir": str(run_dir),
-                              "metric": train.stage_metric_name(cfg, task, stage), "n_params": count_parameters(model),
+                              "metric": train.stage_metric_name(cfg.objective, task, stage),
+                              "n_params": count_parameters(model),
                               "init_from": None, **train.test_entries(test)}
     return train.finish(result, state, cost, world, run_dir, max_steps, status=STATUS)

@@ -79,9 +79,10 @@ def choose_path(workers: int, gpus_per_worker: float, forced: str = "auto") -> s
     return "direct" if workers == 1 and gpus_per_worker <= 1 else "train"
 
 
-def trial_resources(spec: TrialSpec) -> dict[str, float]:
-    if spec.path == "direct":
-        return {"CPU": spec.cpus_per_worker, **({"GPU": spec.gpus_per_worker} if spec.gpus_per_worker else {})}
+def trial_resources(path: str, cpus_per_worker: float, gpus_per_worker: float) -> dict[str, float]:
+    """What one trial asks Tune for on the training path `path` (PATHS)."""
+    if path == "direct":
+        return {"CPU": cpus_per_worker, **({"GPU": gpus_per_worker} if gpus_per_worker else {})}
     return dict(DRIVER_RESOURCES)  # the TorchTrainer reserves the workers' CPUs/GPUs itself
 
 
