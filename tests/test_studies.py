@@ -213,6 +213,33 @@ def test_the_engine_proposes_seed_by_seed_so_a_stopped_batch_keeps_whole_seeds(t
     assert proposed[4] is None  # each stage at its max_concurrent of 1: waiting, not finished
 
 
+def test_pending_trials_start_in_proposal_order_so_a_cells_finetuning_does_not_wait_for_other_cells():
+    """Every cell's pretraining and scratch trials are pending from the start; a cell's finetuning, proposed
+    when its pretraining ended, starts next, before later cells' trials (FIFO made it wait behind them all)."""
+    from functools import partial
+    from types import SimpleNamespace
+
+    from ray.tune.experiment import Trial
+
+    from sptune.tune.engine.driver import proposal_order, start_rank
+    from sptune.tune.engine.routing import GroupScheduler
+    from sptune.tune.trials.trainable import LINEAGE_KEY
+
+    def trial(cell, stage, status=Trial.PENDING):
+        return SimpleNamespace(config={LINEAGE_KEY: {"cell": cell, "stage": stage}}, status=status)
+
+    order = {pair: index for index, pair in enumerate(proposal_order(["s1", "s2"]))}
+    added = [trial("s1", "pretrain", Trial.TERMINATED), trial("s1", "scratch", Trial.RUNNING),
+             trial("s2", "scratch"), trial("s2", "pretrain"), trial("s1", "finetune")]  # in the order Tune added them
+    controller = SimpleNamespace(get_trials=lambda: added)
+    scheduler = GroupScheduler(lambda group: None, partial(start_rank, order))
+    assert scheduler.choose_trial_to_run(controller) is added[4]  # s1's finetuning, added last
+    added[4].status = Trial.RUNNING
+    assert scheduler.choose_trial_to_run(controller) is added[3]  # then s2: pretraining before scratch
+    del scheduler.rank  # a scheduler pickled before it ranked: FIFO
+    assert scheduler.choose_trial_to_run(controller) is added[2]
+
+
 # ----------------------------------------------------------------------------- reports
 TINY = ["task.name=listops-mini", "model.name=s4", "model.d_model=8", "model.n_layers=1", "model.d_ff=0",
         "model.d_state=8"]

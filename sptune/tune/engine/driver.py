@@ -6,7 +6,8 @@ process, in its main thread: several Tuners at once are not supported by Ray (Tu
                      on the cell's own Optuna journal), asked in proposal_order; a stage is proposed once
                      the protocol lets it start (sptune.protocol: finetuning after its cell's pretraining
                      has ended and its selection is written to the cell's study.json)
-    GroupScheduler   ASHA per (cell, stage) where the cell's options ask for it (sptune.tune.engine.routing)
+    GroupScheduler   ASHA per (cell, stage) where the cell's options ask for it (sptune.tune.engine.routing);
+                     of the pending trials, the first in proposal_order starts next (start_rank)
     GroupCallbacks   per (cell, stage): trial outcomes, trackers, and a stage's progress bar (one cell)
     signals          sptune.tune.engine.interrupts: Ctrl-C / SIGTERM end the loop at a step boundary
 
@@ -226,6 +227,13 @@ def proposal_order(cells: list[str]) -> Iterator[tuple[str, str]]:
     yield from ((cell, stage) for cell in cells for stage in PRIORITY[1:])
 
 
+def start_rank(order: dict[tuple[str, str], int], trial: Any) -> int:
+    """A pending trial's place in proposal_order (`order`: its pairs numbered), so that trials start in the
+    order they would have been proposed had they all been runnable at once (GroupScheduler)."""
+    lineage = trial.config[LINEAGE_KEY]
+    return order.get((lineage["cell"], lineage["stage"]), len(order))
+
+
 def cell_of(config: dict[str, Any]) -> tuple[Path, str]:
     lineage = config[LINEAGE_KEY]
     return Path(lineage["study_dir"]), lineage["stage"]
@@ -324,9 +332,10 @@ def run_cells(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callab
         tuner = ray_tune.Tuner.restore(str(storage / name), fn, resume_unfinished=True, resume_errored=True)
     else:
         groups = [(str(Path(path)), stage) for path in cell_dirs.values() for stage in stages]
+        order = {pair: index for index, pair in enumerate(proposal_order(list(cell_dirs)))}
         tuner = ray_tune.Tuner(fn, tune_config=ray_tune.TuneConfig(
             search_alg=CellsSearcher(cell_dirs, stop_key, stages), num_samples=total_trials(bounds),
-            scheduler=GroupScheduler(group_scheduler), reuse_actors=True,
+            scheduler=GroupScheduler(group_scheduler, partial(start_rank, order)), reuse_actors=True,
             trial_dirname_creator=_trial_name, trial_name_creator=_trial_name),
             run_config=ray_tune.RunConfig(
                 name=name, storage_path=str(storage), verbose=verbose,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ray.tune import Callback
+from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from sptune.tune.trials.trainable import LINEAGE_KEY
@@ -27,13 +28,27 @@ def group_of(trial: Any) -> Group:
 
 
 class GroupScheduler(FIFOScheduler):
-    """FIFO order for starting trials; each group's results go to the scheduler `make(group)` returns (ASHA,
-    or None: the group's trials run to their last step). Pickled with Tune's experiment state."""
+    """Starts the pending trial of the lowest `rank` (the engine's proposal order; FIFO among equals, or
+    without a rank); each group's results go to the scheduler `make(group)` returns (ASHA, or None: the
+    group's trials run to their last step). Pickled with Tune's experiment state."""
 
-    def __init__(self, make: Callable[[Group], TrialScheduler | None]) -> None:
+    def __init__(self, make: Callable[[Group], TrialScheduler | None],
+                 rank: Callable[[Any], int] | None = None) -> None:
         super().__init__()
         self.make = make
+        self.rank = rank
         self.schedulers: dict[Group, TrialScheduler | None] = {}
+
+    def choose_trial_to_run(self, tune_controller: Any) -> Any:
+        """Tune asks for resources for every pending trial in the order the searcher proposed them; this
+        choice decides which pending trial takes a finished trial's actor (reuse_actors). FIFO alone let a
+        cell's finetuning, proposed when its pretraining ended, wait behind every other cell's pretraining
+        and scratch trials, proposed from the start."""
+        rank = getattr(self, "rank", None)  # None in a scheduler pickled before it had one
+        pending = [trial for trial in tune_controller.get_trials() if trial.status == Trial.PENDING]
+        if rank is None or not pending:
+            return super().choose_trial_to_run(tune_controller)
+        return min(pending, key=rank)  # the first of equal ranks: FIFO among them
 
     def _of(self, trial: Any) -> TrialScheduler | None:
         group = group_of(trial)
