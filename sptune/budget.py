@@ -170,15 +170,14 @@ def study_budget(state: StudyState, cell: str = "", stages: tuple[str, ...] = ST
     """The stages of a resolved study (studies.resolve's state), each summed over its trials. A stage's
     config is what its trials get (trainable.trial_config: one torch thread per reserved CPU), so this
     node's timing runs with the trials' threads."""
-    from sptune.tune.records import bracketing, studies
+    from sptune.tune.records import studies
     from sptune.tune.trials.trainable import trial_config
 
     return [dataclasses.replace(
                 stage_budget(trial_config(studies.trial_spec(Path(), state, stage), {}).to_dict(), stage,
                              studies.stage_trials(state, stage),
                              shape_points(studies.stage_space(state, stage).params), cell),
-                extra_trials=bracketing.max_extra_trials(state.space["stages"][stage]["params"],
-                                                         state.options.extend_grids))
+                extra_trials=studies.stage_extra_trials(state, stage))
             for stage in stages]
 
 

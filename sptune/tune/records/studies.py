@@ -202,9 +202,7 @@ class CellBounds:
 def cell_bounds(state: StudyState) -> CellBounds:
     options = state.options
     todo = [stage for stage in STAGES if stage not in state.stage_status]
-    trials = sum(stage_trials(state, stage) + bracketing.max_extra_trials(state.space["stages"][stage]["params"],
-                                                                           options.extend_grids)
-                 for stage in todo)
+    trials = sum(stage_trials(state, stage) + stage_extra_trials(state, stage) for stage in todo)
     return CellBounds(resources=trial_resources(options.path, options.cpus_per_worker, options.gpus_per_worker),
                       trials=trials, concurrency=options.max_concurrent * len(todo),
                       max_failures=options.max_failures)
@@ -218,6 +216,11 @@ def stage_space(state: StudyState, stage: str) -> spaces.StageSpace:
 def stage_trials(state: StudyState, stage: str) -> int:
     """How many trials the stage's search runs (its grid's size, capped by num_samples)."""
     return spaces.trial_count(stage_space(state, stage), state.options.num_samples)
+
+
+def stage_extra_trials(state: StudyState, stage: str) -> int:
+    """The most trials the stage's grid extensions may add (sptune.tune.records.bracketing)."""
+    return bracketing.max_extra_trials(state.space["stages"][stage]["params"], state.options.extend_grids)
 
 
 def crashed_trials(study_dir: Path, stage: str) -> list[Path]:
