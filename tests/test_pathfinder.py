@@ -374,6 +374,7 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.mark.slow  # ~45 s on 2 cores: it trains a CNN
 def test_a_small_conv_net_learns_the_easy_setting(one_thread):
     """The labels carry the signal: a tiny CNN beats chance on the easy setting within seconds.
 

@@ -36,7 +36,7 @@ CONFIG = {
 SPACE = {  # one trial at a time per stage: the two stages share the 2 CPUs, one trial each
     "task": "listops-mini", "model": "transformer", "num_samples": 2, "max_concurrent": 1,
     "extend_grids": False,  # the declared grids: the checks count trials (grids that extend: test_bracketing)
-    "stages": {"pretrain": {"params": {"optim.lr": [1e-3], "optim.batch_size": [8, 128]}},
+    "stages": {"pretrain": {"params": {"optim.lr": [1e-3], "optim.batch_size": [8, 16]}},
                "finetune": {"params": {"optim.lr": [1e-3, 5e-4], "optim.batch_size": [8]}},
                "scratch": {"params": {"optim.lr": [1e-3, 5e-4], "optim.batch_size": [8]}}},
 }

@@ -265,6 +265,7 @@ def fail_once_trainable(params, spec):
     trainable.stage_trainable(params, spec)
 
 
+@pytest.mark.slow  # ~25 s on 2 cores
 def test_errored_trial_resumed_is_one_complete_optuna_trial(tmp_path, ray_instance):
     import ray
 

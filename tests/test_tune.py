@@ -256,6 +256,7 @@ def flaky_trainable(params, spec):
         train.run_stage = original
 
 
+@pytest.mark.slow  # ~24 s each on 2 cores
 @pytest.mark.parametrize("crash", ["exception", "killed"])
 def test_crashed_trial_is_retried_from_its_last_checkpoint(tmp_path, ray_instance, crash):
     import ray
@@ -283,6 +284,7 @@ def test_crashed_trial_is_retried_from_its_last_checkpoint(tmp_path, ray_instanc
     assert [h["step"] for h in history] == list(range(10, 161, 10))  # every eval once: no step redone
 
 
+@pytest.mark.slow  # ~42 s on 2 cores: a Ray Train worker group of two
 def test_torch_trainer_path_with_two_ddp_workers(tmp_path, ray_instance):
     options = studies.Options(workers=2, max_concurrent=1)
     state = new_study(tmp_path, options=options)
