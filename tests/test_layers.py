@@ -18,7 +18,8 @@ LAYERS = [
     ["sptune.registry", "sptune.build", "sptune.data", "sptune.baselines", "sptune.runs"],
     ["sptune.train_setup", "sptune.provenance", "sptune.train"],  # the stage functions, no Ray
     ["sptune.tune.trials"],  # one trial on a worker: trainable, resources, failures, outcomes
-    ["sptune.tune.spaces", "sptune.tune.options", "sptune.tune.loggers"],  # what a search is asked for
+    # what a search is asked for
+    ["sptune.tune.spaces", "sptune.tune.options", "sptune.tune.loggers", "sptune.tune.wandb_logging"],
     ["sptune.tune.records"],  # study state, trial rows, results, seeds, layout: files, no Tune loop
     ["sptune.tune.engine", "sptune.tune"],  # the one Ray driver: searcher and scheduler routing, signals
     ["sptune.experiments", "sptune.doctor", "sptune.budget"],

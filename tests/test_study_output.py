@@ -212,6 +212,11 @@ def test_python_api_study_with_mlflow(tmp_path, ray_instance, capsys, monkeypatc
     assert (study_dir / "plots" / "learning-curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def wandb_items(entries) -> dict:
+    """A config or history record's entries: W&B keeps a key in `key` or, split at dots, in `nested_key`."""
+    return {item.key or ".".join(item.nested_key): json.loads(item.value_json) for item in entries}
+
+
 def wandb_records(path):
     """The protobuf records of an offline W&B run file (a LevelDB-style log: 7-byte file header, 32 KiB
     blocks of chunks, each with a 7-byte header crc32/length/type; wandb ships no reader for it)."""
@@ -243,17 +248,47 @@ def test_wandb_offline_runs(tmp_path, ray_instance, monkeypatch):
     driver.run_stage_search(study_dir, state, "scratch", trainable.stage_trainable, verbose=0)
     (run_file,) = (study_dir / "wandb").glob("offline-run-*/run-*.wandb")
     records = list(wandb_records(run_file))
-    def items(entries):  # W&B keeps a key in `key` or, split at dots, in `nested_key`
-        return {item.key or ".".join(item.nested_key): json.loads(item.value_json) for item in entries}
-
-    config = {k: v for r in records if r.HasField("config") for k, v in items(r.config.update).items()}
+    config = {k: v for r in records if r.HasField("config") for k, v in wandb_items(r.config.update).items()}
     assert config["optim.lr"] == 1e-3 and config["study"] == {"name": "study", "stage": "scratch", "cell": "study",
                                                           "study_dir": str(study_dir)}
-    history = [items(r.history.item) for r in records if r.HasField("history")]
+    history = [wandb_items(r.history.item) for r in records if r.HasField("history")]
     (row,) = results.collect(study_dir)
     assert [h["step"] for h in history if "val_metric" in h] == [4, 8]  # every eval
     assert history[-1]["best_val"] == pytest.approx(row["best_val"])
     assert history[-1]["test_metric"] == pytest.approx(row["test_metric"])  # the final result too
+
+
+# The W&B logging actor's loop in a process killed with its children the moment the loop returns, as Ray's
+# callback kills the actor (ray.kill) and Ray kills a dead worker's children. It prints how many children
+# were still alive: a W&B service (wandb-core) among them may not have written the run yet. In a quiet
+# process it usually has, so the count is what fails without the fix (sptune.tune.wandb_logging).
+KILLED_AFTER_RUN = """
+import os, queue, signal, sys
+from ray.air.integrations.wandb import _QueueItem
+from sptune.tune.wandb_logging import FlushingWandbLoggingActor
+
+items = queue.Queue()
+items.put((_QueueItem.RESULT, {"training_iteration": 1, "val_metric": 0.5}))
+items.put((_QueueItem.END, None))
+actor = FlushingWandbLoggingActor(sys.argv[1], items, [], [], project="p", mode="offline", dir=sys.argv[1])
+actor.run()
+children = [p for p in os.listdir("/proc") if p.isdigit() and os.path.exists(f"/proc/{p}/stat")
+            and open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1] == str(os.getpid())]
+print("children", len(children), flush=True)
+os.killpg(0, signal.SIGKILL)
+"""
+
+
+def test_a_wandb_run_is_written_before_its_logging_actor_is_killed(tmp_path):
+    env = sptune_env(WANDB_MODE="offline", WANDB_SILENT="true")
+    proc = subprocess.run([sys.executable, "-c", KILLED_AFTER_RUN, str(tmp_path)], env=env, capture_output=True,
+                          text=True, timeout=120, start_new_session=True)
+    assert proc.returncode == -9 and proc.stdout.strip() == "children 0", proc.stdout + proc.stderr[-2000:]
+    (run_file,) = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
+    records = list(wandb_records(run_file))
+    config = {k: v for r in records if r.HasField("config") for k, v in wandb_items(r.config.update).items()}
+    history = [wandb_items(r.history.item) for r in records if r.HasField("history")]
+    assert config["trial_log_path"] == str(tmp_path) and history[-1]["val_metric"] == 0.5
 
 
 def fail_once_trainable(params, spec):

@@ -5,7 +5,8 @@ trainable.LINEAGE_KEY: study, stage, and for finetuning the pretraining trial, s
 it starts from) and every eval's metrics.
 
     tensorboard  the trials' own TensorBoard runs (<run dir>/tb, written by sptune.train): no callback
-    wandb        WandbLoggerCallback: project = $WANDB_PROJECT or the study's name, group = the stage,
+    wandb        WandbLoggerCallback (sptune.tune.wandb_logging: its actors write their runs before Ray kills
+                 them): project = $WANDB_PROJECT or the study's name, group = the stage,
                  files under <study>/wandb; WANDB_MODE=offline keeps the runs local (`wandb sync` later)
     mlflow       MLflowLoggerCallback: experiment = the study's name, tracking URI $MLFLOW_TRACKING_URI
                  or the file store file:<study>/mlruns (`mlflow ui --backend-store-uri file:<study>/mlruns`).
@@ -62,10 +63,10 @@ def create_experiment(name: str, study_dir: Path) -> None:
 def callbacks(name: str, study_dir: Path, stage: str) -> list:
     study_dir = Path(study_dir).resolve()
     if name == "wandb":
-        from ray.air.integrations.wandb import WandbLoggerCallback
+        from sptune.tune.wandb_logging import WandbCallback
 
         # mode is passed on: the logging actor may run where the driver's environment is not.
-        return [WandbLoggerCallback(project=os.environ.get("WANDB_PROJECT") or study_dir.name, group=stage,
+        return [WandbCallback(project=os.environ.get("WANDB_PROJECT") or study_dir.name, group=stage,
                                     dir=str(study_dir), mode=os.environ.get("WANDB_MODE"), tags=[stage])]
     if name == "mlflow":
         from ray.air.integrations.mlflow import MLflowLoggerCallback
