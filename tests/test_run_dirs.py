@@ -236,6 +236,9 @@ def test_study_trial_with_a_damaged_checkpoint_fails_with_the_reason(runs, tmp_p
     monkeypatch.setattr(ray_tune, "get_context", Context)
     monkeypatch.setattr(ray_tune, "report", lambda metrics: reports.append(metrics))
     monkeypatch.setattr(ray, "get_runtime_context", Context)
+    # No GPU reserved. Ray's own get_gpu_ids would start a default Ray instance in this process, and the
+    # later tests of this test process (a pytest-xdist worker) would run on it, not on ray_instance's.
+    monkeypatch.setattr(ray, "get_gpu_ids", lambda: [])
     params = {"optim.lr": 1e-3}
     spec = trainable.TrialSpec(stage="scratch", base=config.load(None, TINY).to_dict(), study_dir=str(tmp_path),
                                path="direct")
