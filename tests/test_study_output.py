@@ -212,9 +212,15 @@ def test_python_api_study_with_mlflow(tmp_path, ray_instance, capsys, monkeypatc
     assert (study_dir / "plots" / "learning-curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def wandb_items(entries) -> dict:
-    """A config or history record's entries: W&B keeps a key in `key` or, split at dots, in `nested_key`."""
-    return {item.key or ".".join(item.nested_key): json.loads(item.value_json) for item in entries}
+def wandb_run(path) -> tuple[dict, list[dict]]:
+    """An offline W&B run file's config updates (merged) and history rows. W&B keeps a key in `key` or,
+    split at dots, in `nested_key`."""
+    def items(entries):
+        return {item.key or ".".join(item.nested_key): json.loads(item.value_json) for item in entries}
+
+    records = list(wandb_records(path))
+    config = {k: v for r in records if r.HasField("config") for k, v in items(r.config.update).items()}
+    return config, [items(r.history.item) for r in records if r.HasField("history")]
 
 
 def wandb_records(path):
@@ -247,11 +253,9 @@ def test_wandb_offline_runs(tmp_path, ray_instance, monkeypatch):
     study_dir = Path(state.dir)
     driver.run_stage_search(study_dir, state, "scratch", trainable.stage_trainable, verbose=0)
     (run_file,) = (study_dir / "wandb").glob("offline-run-*/run-*.wandb")
-    records = list(wandb_records(run_file))
-    config = {k: v for r in records if r.HasField("config") for k, v in wandb_items(r.config.update).items()}
+    config, history = wandb_run(run_file)
     assert config["optim.lr"] == 1e-3 and config["study"] == {"name": "study", "stage": "scratch", "cell": "study",
                                                           "study_dir": str(study_dir)}
-    history = [wandb_items(r.history.item) for r in records if r.HasField("history")]
     (row,) = results.collect(study_dir)
     assert [h["step"] for h in history if "val_metric" in h] == [4, 8]  # every eval
     assert history[-1]["best_val"] == pytest.approx(row["best_val"])
@@ -285,9 +289,7 @@ def test_a_wandb_run_is_written_before_its_logging_actor_is_killed(tmp_path):
                           text=True, timeout=120, start_new_session=True)
     assert proc.returncode == -9 and proc.stdout.strip() == "children 0", proc.stdout + proc.stderr[-2000:]
     (run_file,) = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
-    records = list(wandb_records(run_file))
-    config = {k: v for r in records if r.HasField("config") for k, v in wandb_items(r.config.update).items()}
-    history = [wandb_items(r.history.item) for r in records if r.HasField("history")]
+    config, history = wandb_run(run_file)
     assert config["trial_log_path"] == str(tmp_path) and history[-1]["val_metric"] == 0.5
 
 

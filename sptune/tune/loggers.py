@@ -67,7 +67,7 @@ def callbacks(name: str, study_dir: Path, stage: str) -> list:
 
         # mode is passed on: the logging actor may run where the driver's environment is not.
         return [WandbCallback(project=os.environ.get("WANDB_PROJECT") or study_dir.name, group=stage,
-                                    dir=str(study_dir), mode=os.environ.get("WANDB_MODE"), tags=[stage])]
+                              dir=str(study_dir), mode=os.environ.get("WANDB_MODE"), tags=[stage])]
     if name == "mlflow":
         from ray.air.integrations.mlflow import MLflowLoggerCallback
 
