@@ -180,7 +180,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny sizes, seconds: checks the benchmark runs (the test suite uses it); its figures mean nothing")
     args = parser.parse_args()
     if args.quick:
-        args.trials, args.cells, args.slots = 16, 2, 2  # enough trials that the resume figure can kill half-way
+        args.trials, args.cells, args.slots = 8, 2, 2  # enough trials that the resume figure can kill half-way
     import ray
 
     # Ray's workers inherit this environment: the resume's drivers (--quick) put reporting_trial in their trials.
