@@ -2,8 +2,8 @@
 unfinished, what finished is kept, and a resume finishes the study with every eval exactly once.
 
 The budget's clock is the test's: it runs in real time and jumps past the deadline once pretraining has
-written its first eval. A wall-clock budget alone ended the run before that eval when the machine was busy
-(Ray's worker start took the whole budget on CI under two pytest workers), and then nothing was left to resume.
+written its first eval. A wall-clock budget of 15 s once ended the run before that eval (on CI, under two
+pytest workers), and then nothing was left to continue.
 """
 
 import time
