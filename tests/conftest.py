@@ -1,4 +1,4 @@
-"""Test settings shared by every test: offline hub, a private cache, and the --slow switch."""
+"""Test settings shared by every test: offline hub, a private cache, the --slow switch, and one Ray per session."""
 
 import os
 from pathlib import Path
@@ -22,6 +22,33 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def one_ray_per_session(request, monkeypatch):
+    """Fails a test that starts a Ray instance in the test process: tests share the session's one
+    (ray_fixtures.ray_instance, started before this fixture since it is session-scoped), because each start
+    costs seconds of the CI budget and a second instance would be joined, unseen, by later tests. A test
+    whose subject is another cluster (a fake autoscaling one, an address to join) says so with
+    @pytest.mark.own_ray. Ray started in a subprocess (a killed study's driver) is not this guard's."""
+    if request.node.get_closest_marker("own_ray"):
+        yield
+        return
+    import ray
+
+    started = []
+    real_init = ray.init
+
+    def init(*args, **kwargs):
+        started.append(kwargs.get("address", args[0] if args else None))
+        return real_init(*args, **kwargs)
+
+    monkeypatch.setattr(ray, "init", init)
+    yield
+    if started:
+        pytest.fail(f"the test started a Ray instance of its own (ray.init, address={started[0]!r}): request "
+                    f"ray_fixtures.ray_instance, or mark it own_ray if another cluster is its subject", pytrace=False)
+
 
 # Generated data (ListOps, Pathfinder) is cached once per test session, outside the user's cache.
 if "SPTUNE_CACHE" not in os.environ:

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from ray_fixtures import ray_instance  # noqa: F401 - the session's one Ray
 from sptune import cli, doctor
 
 
@@ -71,19 +72,10 @@ def test_bad_seconds_is_a_user_error(capsys):
     assert "--seconds" in capsys.readouterr().err
 
 
-def test_cluster_check_runs_on_every_alive_node(monkeypatch):
-    """A local one-node Ray cluster: the check runs as a task pinned to the node and reports it."""
-    import ray
-
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
-    try:
-        reports = doctor.check_cluster("auto", seconds=0.2, timeout_s=120)
-        node_ids = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
-    finally:
-        if started:
-            ray.shutdown()
+def test_cluster_check_runs_on_every_alive_node(ray_instance):
+    """The session's one-node Ray cluster: the check runs as a task pinned to the node and reports it."""
+    reports = doctor.check_cluster("auto", seconds=0.2, timeout_s=120)
+    node_ids = {n["NodeID"] for n in ray_instance.nodes() if n["Alive"]}
     assert {r["node_id"] for r in reports} == node_ids and len(reports) == 1
     assert reports[0]["can_train"], reports[0]
     assert reports[0]["torch"] == torch.__version__
