@@ -71,9 +71,10 @@ def fresh_seeds(count: int, selection_seeds: tuple[int, ...]) -> list[int]:
 
 
 def default_dir(experiment: str, args: argparse.Namespace) -> Path:
-    """runs/experiments/<experiment>[-smoke|-cpu]: a variant's grid is another experiment, in its own directory
-    (so a rerun of one never meets the other's plan)."""
+    """runs/experiments/<experiment>[-smoke|-cpu[-first-budget]]: a variant's grid is another experiment, in its
+    own directory (so a rerun of one never meets the other's plan)."""
     variant = "-smoke" if args.smoke_test else "-cpu" if getattr(args, "cpu", False) else ""
+    variant += "-first-budget" if variant == "-cpu" and getattr(args, "first_budget", False) else ""
     return Path("runs") / "experiments" / (experiment + variant)
 
 

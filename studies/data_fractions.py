@@ -5,7 +5,9 @@
     report:  sptune report runs/experiments/data_fractions
              sptune report runs/experiments/data_fractions-cpu       # the --cpu variant
     smoke:   python studies/data_fractions.py --smoke-test    # 20 s on a 2-core CPU (measured)
-    CPU:     python studies/data_fractions.py --cpu           # the main job's task and S4D, on 2 CPU cores
+    CPU:     python studies/data_fractions.py --cpu           # the main job's task, S4D and setting, seeds 6-15
+             python studies/data_fractions.py --cpu --plan    # its budget first: trials, FLOPs, device-hours
+             python studies/data_fractions.py --cpu --first-budget   # the first report (docs/results.md), seeds 1-3
     GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>
 
 Scientific axis: the training fraction {0.005, 0.01, 0.05, 0.1, 0.5, 1.0} of each task (Appendix C.1.4).
@@ -20,13 +22,17 @@ Nuisance: only the scratch learning rate on Text ({1e-3, 5e-4}, best on validati
 Tune + Optuna; everything else is fixed by the paper.
 Figure 3 has no table: the paper's statement of its numbers is quoted in the report.
 
-CPU scale (--cpu): the main job's setting (studies/architectures.py) under its first budget (200 steps every
-stage, no early stopping: settings.first_budget_overrides, which this study ran under), UCR OSULeaf with S4D,
-fractions {0.125, 0.25, 0.5, 1.0} of its 159 training series (nested), confirmation seeds 1 2 3 by default
-(seed 0 chose the grid). Finetuning and scratch search the main job's first grid (settings.FIRST_LR_GRID:
-the same 5 lr values, 1e-3 ... 1e-1, and 200 steps for both); pretraining runs its one value (lr 1e-3) for
-200 steps at every fraction, as the paper fixes pretraining steps across fractions. Budget first: `--cpu
---plan`. Measured: 55 min 48 s on a 2-core CPU (docs/results.md); directory runs/experiments/data_fractions-cpu.
+CPU scale (--cpu, issue 28): the main job's current setting (studies/architectures.py: UCR OSULeaf, the S4D
+config, its lr grid, which extends itself past an edge, finetuning and scratch up to 400 steps with its early
+stopping) on fractions {0.125, 0.25, 0.5, 1.0} of its 159 training series (nested). Pretraining runs to a
+plateau at every fraction: up to 1000 steps, ended by the configs' rule (100 steps without a validation gain),
+since under a fixed 200 steps its best step was its last at every fraction (docs/results.md). Default seeds
+6-15, ten that chose nothing (seeds 0-5 chose the main job's settings). Directory runs/experiments/data_fractions-cpu.
+
+--cpu --first-budget: the study as first reported (docs/results.md): the main job's first budget (200 steps every
+stage, no early stopping: settings.first_budget_overrides), its first grid for finetuning and scratch
+(settings.FIRST_LR_GRID: 1e-3 ... 1e-1), pretraining lr 1e-3 for 200 steps at every fraction, seeds 1 2 3
+(seed 0 chose the grid). Measured: 55 min 48 s on a 2-core CPU; directory runs/experiments/data_fractions-cpu-first-budget.
 
 Smoke test: listops-mini (tokens) stands in for Text and pathfinder-tiny (pixels) for Image, with a
 1-layer, d_model-16 S4, 15 pretraining steps at every fraction, 15 finetuning / scratch steps.
@@ -35,6 +41,7 @@ Smoke test: listops-mini (tokens) stands in for Text and pathfinder-tiny (pixels
 from __future__ import annotations
 
 import sys
+from functools import partial
 
 from sptune.config import STAGES
 from sptune.experiments import paper, settings
@@ -60,8 +67,11 @@ def space(task: str) -> dict:
 
 def add_flags(parser) -> None:
     parser.add_argument("--cpu", action="store_true",
-                        help="the experiment at CPU scale on the main job's task (UCR OSULeaf) and S4D: 4 fractions "
-                             "x 3 confirmation seeds, each stage searching the main job's grid")
+                        help="the experiment at CPU scale on the main job's task (UCR OSULeaf), S4D and setting: 4 "
+                             "fractions x seeds 6-15, pretraining to a plateau")
+    parser.add_argument("--first-budget", action="store_true",
+                        help="with --cpu: the study as first reported, under the main job's first budget (200 steps "
+                             "every stage, its first grid), seeds 1-3")
 
 
 def build(args) -> Plan:
@@ -105,30 +115,39 @@ def build(args) -> Plan:
 
 def build_cpu(args) -> Plan:
     """The main job's task and S4D on nested fractions of its training split (see the header)."""
-    seeds = args.seeds or [1, 2, 3]
+    first = getattr(args, "first_budget", False)
+    seeds = args.seeds or ([1, 2, 3] if first else list(settings.SCALING_SEEDS))
     display = settings.CPU_MODELS[CPU_MODEL][1]
+    if first:
+        base, cell_space = settings.first_budget_overrides(CPU_MODEL), settings.first_budget_space(CPU_MODEL)
+        role = settings.cpu_role
+    else:
+        base, cell_space = settings.cpu_overrides(CPU_MODEL) + settings.PLATEAU_PRETRAINING, settings.cpu_space(CPU_MODEL)
+        role = partial(settings.cpu_role, selection_seeds=settings.MAIN_JOB_SELECTION_SEEDS)
     cells = [Cell(key=f"{settings.CPU_TASK}-f{fraction:g}-s{seed}",
                   labels={"task": settings.CPU_TASK, "model": display, "fraction": fraction, "seed": seed,
-                          "role": settings.cpu_role(seed), "column": f"OSULeaf · {display}"},
-                  overrides=tuple(settings.first_budget_overrides(CPU_MODEL) + [f"task.train_fraction={fraction}",
-                                                                              f"run.seed={seed}"]),
-                  space=settings.first_budget_space(CPU_MODEL))
+                          "role": role(seed), "column": f"OSULeaf · {display}"},
+                  overrides=tuple(base + [f"task.train_fraction={fraction}", f"run.seed={seed}"]),
+                  space=cell_space)
              for fraction in CPU_FRACTIONS for seed in seeds]
+    flags = "--cpu --first-budget" if first else "--cpu"
     return Plan(
         experiment=EXPERIMENT, title="SPT across data scales at CPU scale: S4D on nested subsets of UCR OSULeaf (§3.4, "
                                      "Figure 3)",
         axis="training fraction {0.125, 0.25, 0.5, 1.0} of 159 series (nested) x scratch / masked SPT; seeds",
-        nuisance="lr per stage, the main job's grid (finetune and scratch: the same 5 values and 200 steps: its first "
-                 "budget)",
-        fixed="configs/ucr_osuleaf_s4.yaml (2 blocks x 64, batch 32), 200 pretraining steps at every fraction",
+        nuisance=("lr per stage, the main job's first grid (finetune and scratch: the same 5 values and 200 steps)"
+                  if first else "lr per stage: the main job's S4D grid, extended past an edge (search_spaces/ucr-osuleaf/)"),
+        fixed=("configs/ucr_osuleaf_s4.yaml (2 blocks x 64, batch 32), 200 pretraining steps at every fraction" if first
+               else "configs/ucr_osuleaf_s4.yaml (2 blocks x 64, batch 32); pretraining up to 1000 steps, finetuning and "
+                    "scratch up to 400, each stopped after 100 steps without a validation gain"),
         layout={"kind": "fraction", "curves": True}, cells=cells,
         notes=["gain = (SPT - scratch) / scratch, the relative gain of Figure 3 (right); data x = how many times "
                "its labelled data scratch needs to match SPT (sptune.multiplier).",
                "The paper gives Figure 3 as a plot only; its text: " + paper.FIGURE_3_TEXT],
-        commands={"launch": "python studies/data_fractions.py --cpu",
-                  "resume": "python studies/data_fractions.py --cpu (same flags)",
+        commands={"launch": f"python studies/data_fractions.py {flags}",
+                  "resume": f"python studies/data_fractions.py {flags} (same flags)",
                   "report": "sptune report <experiment dir>"})
 
 
 if __name__ == "__main__":
-    sys.exit(main(EXPERIMENT, build, __doc__, extra=add_flags))
+    sys.exit(main(EXPERIMENT, build, __doc__, extra=add_flags, selection_seeds=settings.MAIN_JOB_SELECTION_SEEDS))

@@ -43,8 +43,6 @@ SMOKE_TASK = "listops-mini"  # the cheapest embedded task: this smoke test runs 
 DEPTHS = (6, 4, 8, 5, 7, 3, 2)  # the paper's Image depth first (Tables 4 and S4 configs: 6 layers)
 CPU_BUDGETS = (20_000, 80_000, 320_000)  # around the main job's 68K / 84K models, x4 each way
 CPU_DEPTHS = (2, 1, 3, 4)  # the main job's depth first
-CPU_SEEDS = list(range(6, 16))
-PLATEAU = ["pretrain.optim.max_steps=1000"]  # the configs' patience (100 steps) ends it at its plateau
 MODELS = [  # (Image recipe variant (sptune.experiments.paper.RECIPES), display name, arm -> Table 9 row)
     ("rotary", "Transformer + Rotary", {"scratch": "Transformer+Rotary", "masked": "Transformer+Rotary + Masked SPT"}),
     ("s4", "S4", {"scratch": "S4", "masked": "S4 + Masked SPT"}),
@@ -102,10 +100,10 @@ def build(args) -> Plan:
 
 def build_cpu(args) -> Plan:
     """The main job's task and models at three sizes (see the header)."""
-    seeds = args.seeds or CPU_SEEDS
+    seeds = args.seeds or list(settings.SCALING_SEEDS)
     cells = []
     for model, (_, display) in settings.CPU_MODELS.items():  # the Transformer first, as the main job
-        base = settings.cpu_overrides(model) + PLATEAU
+        base = settings.cpu_overrides(model) + settings.PLATEAU_PRETRAINING
         for budget in CPU_BUDGETS:
             shape = sizing.fit(base, budget, depths=CPU_DEPTHS)
             for seed in seeds:

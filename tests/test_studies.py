@@ -346,15 +346,9 @@ def test_spt_gains_per_model_and_column_are_paired_by_seed(tmp_path):
 
 
 def test_model_sizes_at_cpu_scale_is_the_main_jobs_setting_at_three_sizes():
-    import importlib.util
-    from pathlib import Path
-
     from sptune.experiments import settings
 
-    path = Path(__file__).resolve().parents[1] / "studies" / "model_sizes.py"
-    spec = importlib.util.spec_from_file_location("study_model_sizes", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = study_module("model_sizes")
     plan = module.build(cli.parse_args("", ["--cpu"], extra=module.add_flags))
     assert {c.labels["seed"] for c in plan.cells} == set(range(6, 16))  # ten seeds that chose nothing
     assert {c.labels["role"] for c in plan.cells} == {"confirmation"} and plan.layout["spt_gains"]
@@ -365,6 +359,30 @@ def test_model_sizes_at_cpu_scale_is_the_main_jobs_setting_at_three_sizes():
         assert cfg.task.name == "ucr-osuleaf" and cfg.optim.max_steps == 1000 and cfg.optim.patience == 100
         assert config.load(None, list(cell.overrides), stage="scratch").optim.max_steps == 400
         assert abs(cell.labels["budget"] - model_params(cell)) <= 0.1 * cell.labels["budget"]
+
+
+def test_data_fractions_at_cpu_scale_is_the_main_jobs_setting_and_the_first_report_stays_reproducible():
+    from sptune.experiments import settings
+
+    module = study_module("data_fractions")
+    plan = module.build(cli.parse_args("", ["--cpu"], extra=module.add_flags))
+    assert {c.labels["seed"] for c in plan.cells} == set(range(6, 16))  # ten seeds that chose nothing
+    assert {c.labels["role"] for c in plan.cells} == {"confirmation"}
+    for cell in plan.cells:
+        assert cell.space == settings.cpu_space("s4")  # the main job's current S4D grid
+        cfg = config.load(None, list(cell.overrides), stage="pretrain")
+        assert cfg.optim.max_steps == 1000 and cfg.optim.patience == 100  # pretraining to a plateau
+        assert config.load(None, list(cell.overrides), stage="finetune").optim.max_steps == 400
+    first = module.build(cli.parse_args("", ["--cpu", "--first-budget"], extra=module.add_flags))
+    assert {c.labels["seed"] for c in first.cells} == {1, 2, 3}
+    for cell in first.cells:  # the overrides it ran with (so the same run fingerprints)
+        fraction, seed = cell.labels["fraction"], cell.labels["seed"]
+        assert cell.overrides == tuple(settings.first_budget_overrides("s4") + [f"task.train_fraction={fraction}",
+                                                                                f"run.seed={seed}"])
+        assert config.load(None, list(cell.overrides), stage="scratch").optim.max_steps == 200
+    dirs = {str(cli.default_dir("data_fractions", argparse.Namespace(smoke_test=False, cpu=True, first_budget=first)))
+            for first in (False, True)}
+    assert dirs == {"runs/experiments/data_fractions-cpu", "runs/experiments/data_fractions-cpu-first-budget"}
 
 
 def model_params(cell) -> int:
@@ -397,26 +415,31 @@ def test_accuracy_prints_in_percent_and_r2_as_is():
 
 
 # ----------------------------------------------------------------------------- the real grids
+def study_module(script: str):
+    """studies/<script>.py as a module (the scripts are not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"study_{script}", Path(__file__).resolve().parents[1] / "studies"
+                                                  / f"{script}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 STUDY_SCRIPTS = ("lra_table", "data_fractions", "model_sizes", "spt_ratio", "kernels", "modalities", "architectures")
 REAL_CELLS = {"lra_table": 111, "data_fractions": 36, "model_sizes": 30, "spt_ratio": 48, "kernels": 4,
-              "modalities": 36, "architectures": 2, "data_fractions --cpu": 12, "spt_ratio --cpu": 40,
-              "architectures --compute-tied --seeds 1 2": 8, "model_sizes --cpu": 60}
+              "modalities": 36, "architectures": 2, "data_fractions --cpu": 40, "data_fractions --cpu --first-budget": 12,
+              "spt_ratio --cpu": 40, "architectures --compute-tied --seeds 1 2": 8, "model_sizes --cpu": 60}
 
 
-@pytest.mark.parametrize("study", [*STUDY_SCRIPTS, "data_fractions --cpu", "spt_ratio --cpu",
-                                   "architectures --compute-tied --seeds 1 2", "model_sizes --cpu"])
+@pytest.mark.parametrize("study", [*STUDY_SCRIPTS, "data_fractions --cpu", "data_fractions --cpu --first-budget",
+                                   "spt_ratio --cpu", "architectures --compute-tied --seeds 1 2", "model_sizes --cpu"])
 def test_real_grid_builds_valid_configs_and_search_spaces(study):
     """The paper's grid of every script resolves: every stage's config validates, every space parses."""
-    import importlib.util
-    from pathlib import Path
-
     from sptune.tune import spaces
 
     script, *argv = study.split()
-    path = Path(__file__).resolve().parents[1] / "studies" / f"{script}.py"
-    spec = importlib.util.spec_from_file_location(f"study_{script}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = study_module(script)
     plan = module.build(cli.parse_args("", argv, extra=getattr(module, "add_flags", None)))
     assert len(plan.cells) == REAL_CELLS[study] and len({c.key for c in plan.cells}) == len(plan.cells)
     for cell in plan.cells:

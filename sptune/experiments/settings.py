@@ -80,6 +80,10 @@ CPU_MODELS = {"transformer": ("transformer", "Transformer"), "s4": ("s4d-legs", 
 # without a validation gain, 200 pretraining steps). Seeds 0-5 chose it; the main job confirms on others.
 FIRST_SELECTION_SEEDS = (0,)
 MAIN_JOB_SELECTION_SEEDS = (0, 1, 2, 3, 4, 5)
+# The scaling studies on the current setting (issue 28): ten seeds that chose nothing, and pretraining to a
+# plateau, up to 1000 steps (the main job: 200), ended by the configs' rule, 100 steps without a validation gain.
+SCALING_SEEDS = tuple(range(6, 16))
+PLATEAU_PRETRAINING = ["pretrain.optim.max_steps=1000"]
 FIRST_BUDGET_STEPS = 200
 # Each stage's lr that seed 0's search chose under the first budget (docs/main-job-selection.md): spt_ratio's
 # stages, which are not searched.
