@@ -41,7 +41,6 @@ Smoke test: listops-mini (tokens) stands in for Text and pathfinder-tiny (pixels
 from __future__ import annotations
 
 import sys
-from functools import partial
 
 from sptune.config import STAGES
 from sptune.experiments import paper, settings
@@ -120,13 +119,11 @@ def build_cpu(args) -> Plan:
     display = settings.CPU_MODELS[CPU_MODEL][1]
     if first:
         base, cell_space = settings.first_budget_overrides(CPU_MODEL), settings.first_budget_space(CPU_MODEL)
-        role = settings.cpu_role
     else:
         base, cell_space = settings.cpu_overrides(CPU_MODEL) + settings.PLATEAU_PRETRAINING, settings.cpu_space(CPU_MODEL)
-        role = partial(settings.cpu_role, selection_seeds=settings.MAIN_JOB_SELECTION_SEEDS)
     cells = [Cell(key=f"{settings.CPU_TASK}-f{fraction:g}-s{seed}",
                   labels={"task": settings.CPU_TASK, "model": display, "fraction": fraction, "seed": seed,
-                          "role": role(seed), "column": f"OSULeaf · {display}"},
+                          "role": settings.scaling_role(first)(seed), "column": f"OSULeaf · {display}"},
                   overrides=tuple(base + [f"task.train_fraction={fraction}", f"run.seed={seed}"]),
                   space=cell_space)
              for fraction in CPU_FRACTIONS for seed in seeds]

@@ -3,9 +3,11 @@
     launch:  python studies/spt_ratio.py                      # Text and Image, Transformer + Rotary and S4
     resume:  python studies/spt_ratio.py                      # the same command; finished cells are skipped
     report:  sptune report runs/experiments/spt_ratio
-             sptune report runs/experiments/spt_ratio-cpu       # the --cpu variant
+             sptune report runs/experiments/spt_ratio-cpu       # the --cpu variant (-cpu-first-budget: --first-budget)
     smoke:   python studies/spt_ratio.py --smoke-test         # 17 s on a 2-core CPU (measured)
-    CPU:     python studies/spt_ratio.py --cpu                # the main job's task and models, on 2 CPU cores
+    CPU:     python studies/spt_ratio.py --cpu                # the main job's task, models and setting, seeds 6-15
+             python studies/spt_ratio.py --cpu --plan         # its budget first: trials, FLOPs, device-hours
+             python studies/spt_ratio.py --cpu --first-budget # the first report (docs/results.md), seeds 1-5
     GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>
 
 Scientific axis: the share of a fixed total budget spent on SPT, {0% (trained from scratch), 20%, 40%,
@@ -19,10 +21,18 @@ Nuisance: none searched (a search would break the compute tie); lr per stage fix
 Transformer Table 4 rotary rows (Text 5e-4, Image 1e-3), S4 Appendix C.1.4 (Text 5e-4; Image PT 1e-2,
 FT and scratch 2e-3). Fixed: the Table 2 Transformer + Rotary and the S4-config models, masking ratio.
 
-CPU scale (--cpu): the main job's setting (studies/architectures.py), UCR OSULeaf with the Transformer and
-S4D, a budget of 400 steps (the main job's pretraining + finetuning under its first budget, 200 + 200) split
-0/20/40/60%, no early stopping, confirmation seeds 1-5 by default. Each stage's lr is the one the selection
-seed 0 chose under that first budget (settings.FIRST_SELECTED_LR), not searched, as above.
+CPU scale (--cpu, issue 28): the main job's current setting (studies/architectures.py), UCR OSULeaf with the
+Transformer and S4D, a budget of 600 steps (the main job's SPT total: 200 pretraining + 400 finetuning steps)
+split 0/20/40/60%. Each stage searches the main job's lr grid for its model (search_spaces/ucr-osuleaf/, extended
+past an edge): every trial of every share is held to the same total, so the search does not break the tie,
+and each arm searches as many values as the main job's. Every stage keeps the configs' early stopping (100 steps
+without a validation gain), the rule of the main job's compute-tied arm, so the 600 steps are each arm's cap.
+Pretraining runs its share, not to a plateau: the share is the axis. Default seeds 6-15, ten that chose nothing.
+
+--cpu --first-budget: the study as first reported (docs/results.md): a budget of 400 steps (the main job's
+pretraining + finetuning under its first budget, 200 + 200) split 0/20/40/60%, no early stopping, seeds 1-5;
+each stage's lr the one the selection seed 0 chose under that first budget (settings.FIRST_SELECTED_LR), not
+searched.
 
 Smoke test: listops-mini stands in for Text and pathfinder-tiny for Image, a budget of 20 steps
 (pretraining 4 / 8 / 12), 1-layer d_model-16 models.
@@ -43,7 +53,8 @@ TRAIN_EXAMPLES = {"text": 22_500, "image": 45_000}  # training split after the 1
 # Appendix C.1.4's finetuning batch sizes (Text 16, Image 50), one per task for both stages.
 BATCH = {task: paper.FRACTION_SETTINGS[task]["finetune"][0][1] for task in TASKS}
 SMOKE_BUDGET = 20
-CPU_BUDGET = 400  # steps: the main job's 200 pretraining + 200 finetuning steps of its first budget
+FIRST_CPU_BUDGET = 400  # steps: the main job's 200 pretraining + 200 finetuning steps of its first budget
+CPU_BUDGET = 600  # steps: the main job's SPT total now, 200 pretraining + up to 400 finetuning steps
 MODELS = (("transformer", "Transformer"), ("s4", "S4"))  # Table 8's column names
 
 
@@ -71,7 +82,10 @@ def share_label(share: float) -> str:
 def add_flags(parser) -> None:
     parser.add_argument("--cpu", action="store_true",
                         help="the experiment at CPU scale on the main job's task (UCR OSULeaf), Transformer and S4D, "
-                             f"a {CPU_BUDGET}-step budget, 5 confirmation seeds")
+                             f"a {CPU_BUDGET}-step budget, each stage searched over the main job's grid, seeds 6-15")
+    parser.add_argument("--first-budget", action="store_true",
+                        help=f"with --cpu: the study as first reported, a {FIRST_CPU_BUDGET}-step budget at seed 0's "
+                             "lrs, seeds 1-5")
 
 
 NOTES = ["Each entry's device-seconds cover its whole budget (SPT + finetuning, or scratch)."]
@@ -136,31 +150,40 @@ def build(args) -> Plan:
 
 def build_cpu(args) -> Plan:
     """The main job's task and models under a fixed step budget (see the header)."""
-    seeds = args.seeds or [1, 2, 3, 4, 5]
+    first = getattr(args, "first_budget", False)
+    seeds = args.seeds or ([1, 2, 3, 4, 5] if first else list(settings.SCALING_SEEDS))
+    total = FIRST_CPU_BUDGET if first else CPU_BUDGET
     cells = []
     for model, (_, name) in settings.CPU_MODELS.items():
-        lrs = settings.FIRST_SELECTED_LR[model]
-        space = fixed_space({stage: {"optim.lr": lrs[stage], "optim.batch_size": 32} for stage in STAGES})
+        if first:
+            lrs = settings.FIRST_SELECTED_LR[model]
+            base = settings.first_budget_overrides(model)
+            space = fixed_space({stage: {"optim.lr": lrs[stage], "optim.batch_size": 32} for stage in STAGES})
+        else:
+            base, space = settings.cpu_overrides(model), settings.cpu_space(model)
         for share in paper.SPT_SHARES:
             for seed in seeds:
                 cells.append(Cell(
                     key=f"{settings.CPU_TASK}-{model}-spt{round(100 * share)}-s{seed}",
                     labels={"task": settings.CPU_TASK, "model": name, "share": share, "share_label": share_label(share),
-                            "seed": seed, "role": settings.cpu_role(seed), "budget_steps": CPU_BUDGET,
+                            "seed": seed, "role": settings.scaling_role(first)(seed), "budget_steps": total,
                             "column": f"OSULeaf · {name}"},
-                    overrides=tuple(settings.first_budget_overrides(model) + split_steps(share, CPU_BUDGET)
-                                    + [f"run.seed={seed}"]),
+                    overrides=tuple(base + split_steps(share, total) + [f"run.seed={seed}"]),
                     stages=("scratch",) if share == 0 else ("pretrain", "finetune"), space=space))
+    flags = "--cpu --first-budget" if first else "--cpu"
     return Plan(
-        experiment=EXPERIMENT, title="Compute-tied SPT at CPU scale: a 400-step budget on UCR OSULeaf (Appendix D, Table 8)",
-        axis="SPT share {0, 20, 40, 60}% of 400 steps x model (Transformer, S4D); seeds",
-        nuisance="none searched: each stage's lr as the main job's selection seed 0 chose it",
-        fixed="configs/ucr_osuleaf_{transformer,s4}.yaml (2 blocks x 64, batch 32), the 400-step budget",
-        layout=shares_layout(f"Test accuracy (%) at a fixed total budget of {CPU_BUDGET} steps"), cells=cells,
+        experiment=EXPERIMENT, title=f"Compute-tied SPT at CPU scale: a {total}-step budget on UCR OSULeaf (Appendix D, "
+                                     "Table 8)",
+        axis=f"SPT share {{0, 20, 40, 60}}% of {total} steps x model (Transformer, S4D); seeds",
+        nuisance=("none searched: each stage's lr as the main job's selection seed 0 chose it" if first else
+                  "lr per stage: the main job's grids, extended past an edge (search_spaces/ucr-osuleaf/)"),
+        fixed=(f"configs/ucr_osuleaf_{{transformer,s4}}.yaml (2 blocks x 64, batch 32), the {total}-step budget" +
+               ("" if first else ", every stage stopped after 100 steps without a validation gain")),
+        layout=shares_layout(f"Test accuracy (%) at a fixed total budget of {total} steps"), cells=cells,
         notes=NOTES,
-        commands={"launch": "python studies/spt_ratio.py --cpu", "resume": "python studies/spt_ratio.py --cpu (same flags)",
-                  "report": "sptune report <experiment dir>"})
+        commands={"launch": f"python studies/spt_ratio.py {flags}",
+                  "resume": f"python studies/spt_ratio.py {flags} (same flags)", "report": "sptune report <experiment dir>"})
 
 
 if __name__ == "__main__":
-    sys.exit(main(EXPERIMENT, build, __doc__, extra=add_flags))
+    sys.exit(main(EXPERIMENT, build, __doc__, extra=add_flags, selection_seeds=settings.MAIN_JOB_SELECTION_SEEDS))

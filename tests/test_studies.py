@@ -385,6 +385,29 @@ def test_data_fractions_at_cpu_scale_is_the_main_jobs_setting_and_the_first_repo
     assert dirs == {"runs/experiments/data_fractions-cpu", "runs/experiments/data_fractions-cpu-first-budget"}
 
 
+def test_spt_ratio_at_cpu_scale_splits_the_main_jobs_spt_total_and_searches_every_stage():
+    from sptune.experiments import settings
+
+    module = study_module("spt_ratio")
+    plan = module.build(cli.parse_args("", ["--cpu"], extra=module.add_flags))
+    assert {c.labels["seed"] for c in plan.cells} == set(range(6, 16))
+    assert {c.labels["role"] for c in plan.cells} == {"confirmation"}
+    for cell in plan.cells:
+        model = "transformer" if cell.labels["model"] == "Transformer" else "s4"
+        assert cell.space == settings.cpu_space(model)  # searched: the main job's grids
+        steps = {stage: config.load(None, list(cell.overrides), stage=stage).optim for stage in cell.stages}
+        assert sum(optim.max_steps for optim in steps.values()) == 600  # the main job's 200 + 400
+        assert {optim.patience for optim in steps.values()} == {100}  # one stopping rule for every arm
+        share = cell.labels["share"]
+        assert steps.get("pretrain", steps.get("scratch")).max_steps == (600 if share == 0 else round(600 * share))
+    first = module.build(cli.parse_args("", ["--cpu", "--first-budget"], extra=module.add_flags))
+    assert {c.labels["seed"] for c in first.cells} == {1, 2, 3, 4, 5}
+    for cell in first.cells:  # the overrides it ran with
+        model = "transformer" if cell.labels["model"] == "Transformer" else "s4"
+        assert cell.overrides == tuple(settings.first_budget_overrides(model)
+                                       + module.split_steps(cell.labels["share"], 400) + [f"run.seed={cell.labels['seed']}"])
+
+
 def model_params(cell) -> int:
     from sptune.build import build_task_model, count_parameters
     from sptune.registry import get_task
@@ -429,11 +452,13 @@ def study_module(script: str):
 STUDY_SCRIPTS = ("lra_table", "data_fractions", "model_sizes", "spt_ratio", "kernels", "modalities", "architectures")
 REAL_CELLS = {"lra_table": 111, "data_fractions": 36, "model_sizes": 30, "spt_ratio": 48, "kernels": 4,
               "modalities": 36, "architectures": 2, "data_fractions --cpu": 40, "data_fractions --cpu --first-budget": 12,
-              "spt_ratio --cpu": 40, "architectures --compute-tied --seeds 1 2": 8, "model_sizes --cpu": 60}
+              "spt_ratio --cpu": 80, "spt_ratio --cpu --first-budget": 40, "architectures --compute-tied --seeds 1 2": 8,
+              "model_sizes --cpu": 60}
 
 
 @pytest.mark.parametrize("study", [*STUDY_SCRIPTS, "data_fractions --cpu", "data_fractions --cpu --first-budget",
-                                   "spt_ratio --cpu", "architectures --compute-tied --seeds 1 2", "model_sizes --cpu"])
+                                   "spt_ratio --cpu", "spt_ratio --cpu --first-budget",
+                                   "architectures --compute-tied --seeds 1 2", "model_sizes --cpu"])
 def test_real_grid_builds_valid_configs_and_search_spaces(study):
     """The paper's grid of every script resolves: every stage's config validates, every space parses."""
     from sptune.tune import spaces

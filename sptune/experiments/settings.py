@@ -9,7 +9,8 @@ fast setting on the embedded tasks.
 from __future__ import annotations
 
 import importlib.resources
-from typing import Any
+from functools import partial
+from typing import Any, Callable
 
 import yaml
 
@@ -74,10 +75,11 @@ CPU_MODELS = {"transformer": ("transformer", "Transformer"), "s4": ("s4d-legs", 
 
 # Two budgets, both reported. The FIRST (200 steps a stage, no early stopping) is the one seed 0 chose;
 # data_fractions --cpu and spt_ratio --cpu ran under it with seed 0 as their only selection seed, and their
-# commands pin it so that they reproduce their reports. The main job's seeds 1-5 confirmed it, and 8 of their
-# 30 arms had their best step in its last 20%: the convergence rule gave both arms a longer budget, the
-# CURRENT one of configs/ucr_osuleaf_*.yaml (400 finetuning / scratch steps, early stopping after 100 steps
-# without a validation gain, 200 pretraining steps). Seeds 0-5 chose it; the main job confirms on others.
+# --first-budget variants pin it so that they reproduce their reports. The main job's seeds 1-5 confirmed it,
+# and 8 of their 30 arms had their best step in its last 20%: the convergence rule gave both arms a longer
+# budget, the CURRENT one of configs/ucr_osuleaf_*.yaml (400 finetuning / scratch steps, early stopping after
+# 100 steps without a validation gain, 200 pretraining steps). Seeds 0-5 chose it; the main job confirms on
+# others, and the scaling studies' --cpu (model_sizes, data_fractions, spt_ratio) run on it.
 FIRST_SELECTION_SEEDS = (0,)
 MAIN_JOB_SELECTION_SEEDS = (0, 1, 2, 3, 4, 5)
 # The scaling studies on the current setting (issue 28): ten seeds that chose nothing, and pretraining to a
@@ -126,6 +128,12 @@ def first_budget_space(model: str) -> dict[str, Any]:
 
 def cpu_role(seed: int, selection_seeds: tuple[int, ...] = FIRST_SELECTION_SEEDS) -> str:
     return "selection" if seed in selection_seeds else "confirmation"
+
+
+def scaling_role(first_budget: bool) -> Callable[[int], str]:
+    """A scaling study's seed role: under the first budget seed 0 chose its settings, under the current one
+    seeds 0-5 did."""
+    return partial(cpu_role, selection_seeds=FIRST_SELECTION_SEEDS if first_budget else MAIN_JOB_SELECTION_SEEDS)
 
 
 def cpu_space(model: str) -> dict[str, Any]:
