@@ -26,7 +26,8 @@ CPU scale (--cpu, issue 28): the main job's current setting (studies/architectur
 config, its lr grid, which extends itself past an edge, finetuning and scratch up to 400 steps with its early
 stopping) on fractions {0.125, 0.25, 0.5, 1.0} of its 159 training series (nested). Pretraining runs to a
 plateau at every fraction: up to 1000 steps, ended by the configs' rule (100 steps without a validation gain),
-since under a fixed 200 steps its best step was its last at every fraction (docs/results.md). Default seeds
+since under a fixed 200 steps its best step was its last at every fraction (docs/results.md). On seeds 6-7 the
+1000-step cap, not the rule, ended it in 7 of 8 cells (docs/results.md): not yet a plateau. Default seeds
 6-15, ten that chose nothing (seeds 0-5 chose the main job's settings). Directory runs/experiments/data_fractions-cpu.
 
 --cpu --first-budget: the study as first reported (docs/results.md): the main job's first budget (200 steps every
