@@ -124,7 +124,7 @@ def build_cpu(args) -> Plan:
         base, cell_space = settings.cpu_overrides(CPU_MODEL) + settings.PLATEAU_PRETRAINING, settings.cpu_space(CPU_MODEL)
     cells = [Cell(key=f"{settings.CPU_TASK}-f{fraction:g}-s{seed}",
                   labels={"task": settings.CPU_TASK, "model": display, "fraction": fraction, "seed": seed,
-                          "role": settings.scaling_role(first)(seed), "column": f"OSULeaf · {display}"},
+                          "role": settings.scaling_role(seed, first), "column": f"OSULeaf · {display}"},
                   overrides=tuple(base + [f"task.train_fraction={fraction}", f"run.seed={seed}"]),
                   space=cell_space)
              for fraction in CPU_FRACTIONS for seed in seeds]

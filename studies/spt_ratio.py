@@ -166,7 +166,7 @@ def build_cpu(args) -> Plan:
                 cells.append(Cell(
                     key=f"{settings.CPU_TASK}-{model}-spt{round(100 * share)}-s{seed}",
                     labels={"task": settings.CPU_TASK, "model": name, "share": share, "share_label": share_label(share),
-                            "seed": seed, "role": settings.scaling_role(first)(seed), "budget_steps": total,
+                            "seed": seed, "role": settings.scaling_role(seed, first), "budget_steps": total,
                             "column": f"OSULeaf · {name}"},
                     overrides=tuple(base + split_steps(share, total) + [f"run.seed={seed}"]),
                     stages=("scratch",) if share == 0 else ("pretrain", "finetune"), space=space))

@@ -1,11 +1,10 @@
 """The architecture experiment: its plan (same grid and budget for finetune and scratch) and its report section."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
+from study_scripts import load_study
 from sptune import config
 from sptune.errors import UserError
 from sptune.experiments import settings
@@ -13,18 +12,10 @@ from sptune import experiments_cli as cli
 from sptune.experiments import architectures, report
 from sptune.experiments.plan import plain_point
 
-SCRIPT = Path(__file__).resolve().parents[1] / "studies" / "architectures.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("study_architectures", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_plan_gives_finetune_and_scratch_the_same_grid_and_budget():
-    plan = load_script().build(cli.parse_args("", []))
+    plan = load_study("architectures").build(cli.parse_args("", []))
     assert [c.labels["model"] for c in plan.cells] == ["Transformer", "S4D"]
     for cell in plan.cells:
         finetune, scratch = cell.space["finetune"]["params"], cell.space["scratch"]["params"]
@@ -104,7 +95,7 @@ def test_missing_architecture_prints_a_dash():
 
 
 def test_compute_tied_cells_train_spt_total_steps_searched_on_the_scratch_grid():
-    script = load_script()
+    script = load_study("architectures")
     plan = script.build(cli.parse_args("", ["--seeds", "1", "6", "--compute-tied"], extra=script.add_flags))
     tied = [c for c in plan.cells if c.labels.get("compute") == "tied"]
     assert len(tied) == 4 and all(c.stages == ("scratch",) for c in tied)
@@ -125,7 +116,7 @@ def test_compute_tied_cells_train_spt_total_steps_searched_on_the_scratch_grid()
 
 
 def test_fresh_seeds_are_a_budget_of_seeds_that_chose_nothing(capsys):
-    script = load_script()
+    script = load_study("architectures")
     args = cli.parse_args("", ["--fresh-seeds", "3"], extra=script.add_flags,
                           selection_seeds=settings.MAIN_JOB_SELECTION_SEEDS)
     assert args.seeds == [6, 7, 8]  # after seeds 0-5, which chose the grids and the budget
@@ -146,7 +137,7 @@ def test_boundary_lines_read_the_grid_each_study_searched(tmp_path):
     from sptune.tune.options import Options
     from sptune.tune.records import study_state
 
-    plan = load_script().build(cli.parse_args("", []))
+    plan = load_study("architectures").build(cli.parse_args("", []))
     plan.backend = "tune"
     for cell in plan.cells:
         create_cell_study(cell, tmp_path / files.CELLS / cell.key, Options())

@@ -1,11 +1,11 @@
 """One source for the paper's hyper-parameters: every config and search space agrees with paper.RECIPES."""
 
 import argparse
-import importlib.util
 from pathlib import Path
 
 import pytest
 
+from study_scripts import load_study
 from sptune.config import STAGES
 from sptune import config
 from sptune.registry import TASKS
@@ -107,13 +107,6 @@ def test_the_known_mismatches_stay_fixed():
     for (task, variant), recipe in paper.RECIPES.items():
         if (task, variant[:2]) != ("speech-commands", "s4"):
             assert recipe.stages["pretrain"].schedule == "constant", (task, variant)
-
-
-def load_study(name: str):
-    spec = importlib.util.spec_from_file_location(f"study_{name}", REPO / "studies" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_model_sizes_study_searches_its_own_table4_rotary_point(monkeypatch):

@@ -2,27 +2,25 @@
 summary.csv) give the same intervals as one run over all their seeds, and batches that ran other settings, or a
 seed twice, are refused."""
 
-import importlib.util
 import re
 from pathlib import Path
 
 import pytest
 
+from study_scripts import load_study
 from sptune import experiments_cli, stats
 from sptune.cli import main
 from sptune.errors import UserError
 from sptune.experiments import pool, report
 from sptune.experiments.plan import load_plan, save_plan
 
-SCRIPT = Path(__file__).resolve().parents[1] / "studies" / "architectures.py"
+REPO = Path(__file__).resolve().parents[1]
 ARMS = {("Transformer", "scratch"): 0.40, ("Transformer", "masked"): 0.47, ("S4D", "scratch"): 0.74,
         ("S4D", "masked"): 0.73}
 
 
 def build_plan(seeds, *flags):
-    spec = importlib.util.spec_from_file_location("study_architectures_pool", SCRIPT)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_study("architectures")
     args = experiments_cli.parse_args("", ["--seeds", *map(str, seeds), *flags], extra=script.add_flags)
     plan = script.build(args)
     plan.backend = "tune"
@@ -142,10 +140,9 @@ def test_sptune_report_reads_a_record_without_rewriting_it_and_pools_several(tmp
 def test_the_readme_confirmation_figures_are_what_its_kept_records_pool_to():
     """The README's decision on the declared confirmation quotes the pooled report of docs/records: the
     command it shows, run on the committed records, prints the figures it states."""
-    repo = SCRIPT.parents[1]
-    text = (repo / "README.md").read_text().split("**The decision, at the declared 20 seeds**", 1)[1].replace("−", "-")
+    text = (REPO / "README.md").read_text().split("**The decision, at the declared 20 seeds**", 1)[1].replace("−", "-")
     command = re.search(r"```bash\nsptune report ([^\n`]+)\n```", text).group(1).split()
-    lines = "\n".join(pool.pooled([repo / d for d in command]))
+    lines = "\n".join(pool.pooled([REPO / d for d in command]))
     n = re.search(r"On these (\d+) seeds", text).group(1)
     quoted = {"gap under SPT minus gap under scratch": r"gap change \*\*([-+][\d.]+) \[([-+][\d.]+), ([-+][\d.]+)\]",
               "- Transformer:": r"Transformer SPT gain ([-+][\d.]+) \[([-+][\d.]+),\s+([-+][\d.]+)\]",

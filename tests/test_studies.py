@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from study_scripts import load_study
 from sptune import atomic, config, files, train
 from sptune.data import train_fraction
 from sptune.models.s4 import S4Layer
@@ -348,7 +349,7 @@ def test_spt_gains_per_model_and_column_are_paired_by_seed(tmp_path):
 def test_model_sizes_at_cpu_scale_is_the_main_jobs_setting_at_three_sizes():
     from sptune.experiments import settings
 
-    module = study_module("model_sizes")
+    module = load_study("model_sizes")
     plan = module.build(cli.parse_args("", ["--cpu"], extra=module.add_flags))
     assert {c.labels["seed"] for c in plan.cells} == set(range(6, 16))  # ten seeds that chose nothing
     assert {c.labels["role"] for c in plan.cells} == {"confirmation"} and plan.layout["spt_gains"]
@@ -364,7 +365,7 @@ def test_model_sizes_at_cpu_scale_is_the_main_jobs_setting_at_three_sizes():
 def test_data_fractions_at_cpu_scale_is_the_main_jobs_setting_and_the_first_report_stays_reproducible():
     from sptune.experiments import settings
 
-    module = study_module("data_fractions")
+    module = load_study("data_fractions")
     plan = module.build(cli.parse_args("", ["--cpu"], extra=module.add_flags))
     assert {c.labels["seed"] for c in plan.cells} == set(range(6, 16))  # ten seeds that chose nothing
     assert {c.labels["role"] for c in plan.cells} == {"confirmation"}
@@ -388,7 +389,7 @@ def test_data_fractions_at_cpu_scale_is_the_main_jobs_setting_and_the_first_repo
 def test_spt_ratio_at_cpu_scale_splits_the_main_jobs_spt_total_and_searches_every_stage():
     from sptune.experiments import settings
 
-    module = study_module("spt_ratio")
+    module = load_study("spt_ratio")
     plan = module.build(cli.parse_args("", ["--cpu"], extra=module.add_flags))
     assert {c.labels["seed"] for c in plan.cells} == set(range(6, 16))
     assert {c.labels["role"] for c in plan.cells} == {"confirmation"}
@@ -438,17 +439,6 @@ def test_accuracy_prints_in_percent_and_r2_as_is():
 
 
 # ----------------------------------------------------------------------------- the real grids
-def study_module(script: str):
-    """studies/<script>.py as a module (the scripts are not a package)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(f"study_{script}", Path(__file__).resolve().parents[1] / "studies"
-                                                  / f"{script}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 STUDY_SCRIPTS = ("lra_table", "data_fractions", "model_sizes", "spt_ratio", "kernels", "modalities", "architectures")
 REAL_CELLS = {"lra_table": 111, "data_fractions": 36, "model_sizes": 30, "spt_ratio": 48, "kernels": 4,
               "modalities": 36, "architectures": 2, "data_fractions --cpu": 40, "data_fractions --cpu --first-budget": 12,
@@ -464,7 +454,7 @@ def test_real_grid_builds_valid_configs_and_search_spaces(study):
     from sptune.tune import spaces
 
     script, *argv = study.split()
-    module = study_module(script)
+    module = load_study(script)
     plan = module.build(cli.parse_args("", argv, extra=getattr(module, "add_flags", None)))
     assert len(plan.cells) == REAL_CELLS[study] and len({c.key for c in plan.cells}) == len(plan.cells)
     for cell in plan.cells:

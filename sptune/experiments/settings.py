@@ -9,8 +9,7 @@ fast setting on the embedded tasks.
 from __future__ import annotations
 
 import importlib.resources
-from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -130,10 +129,10 @@ def cpu_role(seed: int, selection_seeds: tuple[int, ...] = FIRST_SELECTION_SEEDS
     return "selection" if seed in selection_seeds else "confirmation"
 
 
-def scaling_role(first_budget: bool) -> Callable[[int], str]:
+def scaling_role(seed: int, first_budget: bool) -> str:
     """A scaling study's seed role: under the first budget seed 0 chose its settings, under the current one
     seeds 0-5 did."""
-    return partial(cpu_role, selection_seeds=FIRST_SELECTION_SEEDS if first_budget else MAIN_JOB_SELECTION_SEEDS)
+    return cpu_role(seed, FIRST_SELECTION_SEEDS if first_budget else MAIN_JOB_SELECTION_SEEDS)
 
 
 def cpu_space(model: str) -> dict[str, Any]:
