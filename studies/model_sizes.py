@@ -24,8 +24,9 @@ three smallest (1-2 layers), 15 steps per stage, two seeds (so entries show a st
 CPU scale (--cpu, issue 28): the main job's setting (studies/architectures.py: UCR OSULeaf, its Transformer and
 S4D configs, their current lr grids, which extend themselves past an edge, and their early stopping) at 20K /
 80K / 320K parameters (the main job's models have 68K and 84K): width, and depth when 2 blocks cannot land
-within 10%. Pretraining runs to a plateau: up to 1000 steps (the main job: 200), stopped by the configs' rule,
-100 steps without a validation gain. The report gives each model's paired SPT gain per size. Default seeds 6-15,
+within 10%. Pretraining runs up to 1000 steps (the main job: 200; the configs' rule, 100 steps without a
+validation gain, may end it sooner). That is a budget, not a plateau: on selection seed 0 the pretraining loss
+was still falling by ~22% per doubling at 4000 steps (docs/main-job-selection.md, probe 11). The report gives each model's paired SPT gain per size. Default seeds 6-15,
 ten that chose nothing: the main job's settings were chosen on seeds 0-5 (--fresh-seeds N starts after them).
 """
 
@@ -103,7 +104,7 @@ def build_cpu(args) -> Plan:
     seeds = args.seeds or list(settings.SCALING_SEEDS)
     cells = []
     for model, (_, display) in settings.CPU_MODELS.items():  # the Transformer first, as the main job
-        base = settings.cpu_overrides(model) + settings.PLATEAU_PRETRAINING
+        base = settings.cpu_overrides(model) + settings.SCALING_PRETRAINING
         for budget in CPU_BUDGETS:
             shape = sizing.fit(base, budget, depths=CPU_DEPTHS)
             for seed in seeds:

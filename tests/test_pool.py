@@ -19,17 +19,18 @@ ARMS = {("Transformer", "scratch"): 0.40, ("Transformer", "masked"): 0.47, ("S4D
         ("S4D", "masked"): 0.73}
 
 
-def build_plan(seeds, *flags):
-    script = load_study("architectures")
+def build_plan(seeds, *flags, study="architectures"):
+    script = load_study(study)
     args = experiments_cli.parse_args("", ["--seeds", *map(str, seeds), *flags], extra=script.add_flags)
     plan = script.build(args)
     plan.backend = "tune"
     return plan
 
 
-def accuracy(model, arm, seed):
-    """A test accuracy per arm and seed that differs from seed to seed (k / 242, as on OSULeaf's test set)."""
-    return round(242 * ARMS[(model, arm)] + 5 * ((seed * 7 + len(model) + len(arm)) % 5 - 2)) / 242
+def accuracy(model, arm, seed, fraction=1.0):
+    """A test accuracy per arm and seed that differs from seed to seed (k / 242, as on OSULeaf's test set), lower
+    on less training data."""
+    return round(242 * ARMS[(model, arm)] * (0.8 + 0.2 * fraction) + 5 * ((seed * 7 + len(model) + len(arm)) % 5 - 2)) / 242
 
 
 def outcomes(model, arm, seed):
@@ -38,19 +39,19 @@ def outcomes(model, arm, seed):
     return "1" * hits + "0" * (242 - hits)
 
 
-def keep_record(path, seeds, *flags, facts=False):
+def keep_record(path, seeds, *flags, facts=False, study="architectures"):
     """A batch's kept record, as its report writes it: plan.json and summary.csv, no cells. With `facts`, each
     arm carries what report.run_facts reads from its last run (best step, budget, training loss, test outcomes)."""
-    plan = build_plan(seeds, *flags)
+    plan = build_plan(seeds, *flags, study=study)
     path.mkdir(parents=True)
     save_plan(path, plan)
     arms = []
     for cell in plan.cells:
-        model, seed = cell.labels["model"], cell.labels["seed"]
+        model, seed, fraction = cell.labels["model"], cell.labels["seed"], cell.labels.get("fraction", 1.0)
         for arm in ("scratch",) if cell.labels.get("compute") == "tied" else ("scratch", "masked"):
             arms.append({**cell.labels, "experiment": plan.experiment, "cell": cell.key, "arm": arm,
                          "row": report.row_label(model, arm), "status": "completed", "metric": "accuracy",
-                         "test": accuracy(model, arm, seed), "val": 0.5, "lr": 1e-3, "n_params": 1000,
+                         "test": accuracy(model, arm, seed, fraction), "val": 0.5, "lr": 1e-3, "n_params": 1000,
                          "device_seconds": 10.0, "search_device_seconds": 30.0, "flops": 1e12, "paper": None,
                          "run_dir": str(path / "cells" / cell.key / arm),
                          **({"best_step": 150, "steps": 400, "train_loss": 0.25,
@@ -74,6 +75,22 @@ def test_two_kept_records_pool_to_the_intervals_over_all_their_seeds(tmp_path):
     assert "### Seeds 50, 51, 52, 53, 54 (confirmation seeds" in text
     assert "with test-set sampling" not in text  # the runs' result.json are gone: no interval over test examples
     assert f"`{first}`: kept record (plan.json + summary.csv), seeds 50, 51, 52" in text
+
+
+def test_batches_of_a_fraction_experiment_pool_to_the_table_of_one_run_over_all_their_seeds(tmp_path):
+    """data_fractions --cpu runs its seeds in batches too: two batches' records give the Figure 3 table (paired
+    gains, data multipliers) that one record of all their seeds gives."""
+    batches = [keep_record(tmp_path / "a", [6, 7], "--cpu", study="data_fractions"),
+               keep_record(tmp_path / "b", [8], "--cpu", study="data_fractions")]
+    whole = keep_record(tmp_path / "whole", [6, 7, 8], "--cpu", study="data_fractions")
+    section = "## Test metric vs training-data fraction"
+    pooled_text, whole_text = "\n".join(pool.pooled(batches)), "\n".join(pool.pooled([whole]))
+    assert section in pooled_text and pooled_text.split(section)[1] == whole_text.split(section)[1]
+    seeds = (6, 7, 8)
+    gain = stats.paired_t([accuracy("S4D", "masked", s, 0.25) for s in seeds],
+                          [accuracy("S4D", "scratch", s, 0.25) for s in seeds])
+    row = next(line for line in pooled_text.splitlines() if line.startswith("| 0.25 |"))
+    assert stats.format_paired(gain, 100.0) in row and "n=3" in row
 
 
 def test_a_record_names_its_runs_relative_to_its_directory_and_reads_them_back_where_it_is_kept(tmp_path):

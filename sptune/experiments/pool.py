@@ -1,4 +1,5 @@
-"""One report over an experiment's seeds run in several directories (`sptune report DIR DIR ...`).
+"""One report over an experiment's seeds run in several directories (`sptune report DIR DIR ...`): a grid
+experiment (the main job's confirmation) or a fraction experiment (data_fractions).
 
 A confirmation on many seeds outlasts a working session on a small machine, and a run directory does not
 outlive the machine it ran on. So the seeds run in batches, and each batch keeps a record small enough to
@@ -24,6 +25,7 @@ from sptune.experiments.run import experiment_rows
 FLOAT_COLUMNS = ("test", "val", "lr", "device_seconds", "search_device_seconds", "flops", "train_loss")
 INT_COLUMNS = ("n_params", "best_step", "steps")
 TEXT_COLUMNS = ("experiment", "cell", "arm", "row", "status", "metric", "run_dir", "test_hits")
+POOLED_LAYOUTS = ("grid", "fraction")  # the layouts whose sections are built from arms alone (not from run files)
 
 
 def is_record(experiment_dir: str | Path) -> bool:
@@ -98,8 +100,10 @@ def pooled(experiment_dirs: list[str | Path]) -> list[str]:
     batches = [(Path(d).resolve(), load_plan(d)) for d in experiment_dirs]
     check_same_settings(batches)
     first = batches[0][1]
-    if first.layout["kind"] != "grid":
-        raise UserError(f"pooling covers grid experiments; {first.experiment} is a {first.layout['kind']} experiment")
+    kind = first.layout["kind"]
+    if kind not in POOLED_LAYOUTS:
+        raise UserError(f"pooling covers {' and '.join(POOLED_LAYOUTS)} experiments; {first.experiment} is a {kind} "
+                        f"experiment: report each of its directories alone")
     records = {d: is_record(d) for d, _ in batches}
     tagged = [(d, arm) for d, plan in batches for arm in batch_arms(d, plan, records[d])]
     check_each_cell_once(tagged)
@@ -107,5 +111,9 @@ def pooled(experiment_dirs: list[str | Path]) -> list[str]:
     lines = [f"# {first.title}: {len(batches)} batch{'es' * (len(batches) > 1)} pooled", ""]
     lines += [f"- `{d}`: {'kept record (plan.json + summary.csv)' if records[d] else 'experiment directory'}, "
               f"seeds {seeds_text(plan.cells)}" for d, plan in batches]
-    table, sections = report.grid_sections(arm_rows, first.layout)
-    return lines + [""] + table + sections + report.not_completed_lines(arm_rows)
+    if kind == "fraction":
+        sections = report.fraction_sections(report.with_column_arms(arm_rows), first.layout)
+    else:
+        table, rest = report.grid_sections(arm_rows, first.layout)
+        sections = table + rest
+    return lines + [""] + sections + report.not_completed_lines(arm_rows)

@@ -256,6 +256,18 @@ def fraction_table(arm_rows: list[dict[str, Any]], layout: dict[str, Any]) -> st
     return markdown_table(header, body)
 
 
+def fraction_sections(arm_rows: list[dict[str, Any]], layout: dict[str, Any]) -> list[str]:
+    """A fraction layout's section: the table of Figure 3 (arms tagged by with_column_arms)."""
+    return ["## Test metric vs training-data fraction (§3.4, Figure 3)", "", fraction_table(arm_rows, layout), ""]
+
+
+def with_column_arms(arm_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each arm tagged `column|arm`, the column key of the fraction table (a task column's scratch or SPT)."""
+    for arm in arm_rows:
+        arm["column_arm"] = f"{arm.get('column')}|{arm['arm']}"
+    return arm_rows
+
+
 def data_multipliers(arm_rows: list[dict[str, Any]]) -> dict[str, dict[float, multiplier.Multiplier]]:
     """Per task column: how much labelled data scratch needs to match SPT at each fraction (sptune.multiplier),
     from the seeds whose scratch and SPT arms both finished."""
@@ -410,9 +422,7 @@ def write(experiment_dir: str | Path) -> dict[str, Any]:
     experiment_dir = Path(experiment_dir).resolve()
     plan = load_plan(experiment_dir)
     rows = experiment_rows(experiment_dir, plan)
-    arm_rows = arms(experiment_dir, plan, rows)
-    for arm in arm_rows:
-        arm["column_arm"] = f"{arm.get('column')}|{arm['arm']}"
+    arm_rows = with_column_arms(arms(experiment_dir, plan, rows))
     layout = plan.layout
     results_csv = results.write_csv(rows, experiment_dir / files.RESULTS_CSV, prefix=cell_columns(plan))
     summary_csv = write_summary(arm_rows, experiment_dir / files.SUMMARY_CSV)
@@ -425,8 +435,7 @@ def write(experiment_dir: str | Path) -> dict[str, Any]:
         lines += ["## K_max decay per layer (§3.6, Figure 4)", "", table, ""]
         pngs += figures.kernels(per_task, experiment_dir)
     elif kind == "fraction":
-        lines += ["## Test metric vs training-data fraction (§3.4, Figure 3)", "", fraction_table(arm_rows, layout),
-                  ""]
+        lines += fraction_sections(arm_rows, layout)
         pngs.append(figures.fractions(arm_rows, experiment_dir / "fractions.png", data_multipliers(arm_rows)))
     else:
         table, summary_lines = grid_sections(arm_rows, layout)
