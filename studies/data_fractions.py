@@ -124,7 +124,8 @@ def build_cpu(args) -> Plan:
     if first:
         base, cell_space = settings.first_budget_overrides(CPU_MODEL), settings.first_budget_space(CPU_MODEL)
     else:
-        base, cell_space = settings.cpu_overrides(CPU_MODEL) + settings.SCALING_PRETRAINING, settings.cpu_space(CPU_MODEL)
+        base = settings.cpu_overrides(CPU_MODEL) + settings.SCALING_PRETRAINING
+        cell_space = settings.cpu_space(CPU_MODEL)
     cells = [Cell(key=f"{settings.CPU_TASK}-f{fraction:g}-s{seed}",
                   labels={"task": settings.CPU_TASK, "model": display, "fraction": fraction, "seed": seed,
                           "role": settings.scaling_role(seed, first), "column": f"OSULeaf · {display}"},

@@ -26,8 +26,9 @@ S4D configs, their current lr grids, which extend themselves past an edge, and t
 80K / 320K parameters (the main job's models have 68K and 84K): width, and depth when 2 blocks cannot land
 within 10%. Pretraining runs up to 1000 steps (the main job: 200; the configs' rule, 100 steps without a
 validation gain, may end it sooner). That is a budget, not a plateau: on selection seed 0 the pretraining loss
-was still falling by ~22% per doubling at 4000 steps (docs/main-job-selection.md, probe 11). The report gives each model's paired SPT gain per size. Default seeds 6-15,
-ten that chose nothing: the main job's settings were chosen on seeds 0-5 (--fresh-seeds N starts after them).
+was still falling by ~22% per doubling at 4000 steps (docs/main-job-selection.md, probe 11). The report gives
+each model's paired SPT gain per size. Default seeds 6-15, ten that chose nothing: the main job's settings were
+chosen on seeds 0-5 (--fresh-seeds N starts after them).
 """
 
 from __future__ import annotations

@@ -30,7 +30,8 @@ def build_plan(seeds, *flags, study="architectures"):
 def accuracy(model, arm, seed, fraction=1.0):
     """A test accuracy per arm and seed that differs from seed to seed (k / 242, as on OSULeaf's test set), lower
     on less training data."""
-    return round(242 * ARMS[(model, arm)] * (0.8 + 0.2 * fraction) + 5 * ((seed * 7 + len(model) + len(arm)) % 5 - 2)) / 242
+    spread = 5 * ((seed * 7 + len(model) + len(arm)) % 5 - 2)
+    return round(242 * ARMS[(model, arm)] * (0.8 + 0.2 * fraction) + spread) / 242
 
 
 def outcomes(model, arm, seed):
