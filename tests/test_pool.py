@@ -170,3 +170,14 @@ def test_the_readme_confirmation_figures_are_what_its_kept_records_pool_to():
         line = next(l for l in lines.splitlines() if line_start in l)
         assert re.search(rf"{re.escape(mean)} ± [\d.]+ \(95% CI \[{re.escape(low)}, {re.escape(high)}\], n={n}\)",
                          line), (line, mean, low, high)
+
+
+def test_the_data_fractions_table_in_results_is_what_its_kept_records_pool_to():
+    """docs/results.md calls its latest pooled data_fractions table unedited: the command above it, run on the
+    committed records, prints each of its rows."""
+    text = (REPO / "docs" / "results.md").read_text()
+    command = re.findall(r"`sptune report (docs/records/data-fractions[^`]+)`", text)[-1]
+    table = text.split(command, 1)[1].split("\n\n", 2)[1]
+    lines = "\n".join(pool.pooled([REPO / d for d in command.split()])).splitlines()
+    rows = [row for row in table.splitlines() if row.startswith("| 0.") or row.startswith("| 1 ")]
+    assert len(rows) == 4 and all(row in lines for row in rows), (rows, lines)
