@@ -11,6 +11,8 @@ Every interval sptune prints, each through sptune's own function (none is re-imp
                    `data ×` column of the data-fractions report)
   test-set gain    sptune.stats.paired_with_test_sampling: the mean gain's interval when the test examples are a
                    sample too (`; with test-set sampling` in the architecture experiment's report)
+  gains together   sptune.stats.simultaneous: a table's gains read together, intervals that ALL cover at once (the
+                   correction line under each gains table of an experiment report, e.g. data_fractions' four)
 (The `mean ± std` entries and the plots' error bars are spreads over seeds, not intervals: no coverage to check.)
 
 The model, in accuracy points (a point = 0.01), per seed i of n (n = 3, 5, 10):
@@ -35,6 +37,10 @@ The model, in accuracy points (a point = 0.01), per seed i of n (n = 3, 5, 10):
                    populations: the test examples' part of the gain's variance dominates, or the seeds'. Beside
                    the new interval, for contrast, paired_t on the runs' accuracies (sptune's seed interval,
                    about this test set only) against the same population truth: informational, not gated.
+  gains together   four gains (true 0, +2, -1, +3 points: four fractions of one study) on the same n seeds,
+                   each pair as for the paired gain, the seed's shared effect common to all four; a study counts
+                   as covered when all four intervals contain their truths. Beside it, for contrast, the four
+                   uncorrected 95% intervals on the same studies (each covers 95%; all four together do not).
 Noise (each run's own; 2 points sd unless said): normal; heavy tails (Student t with 3 dof, scaled to the same
 sd); and two stress models outside the t-interval's assumptions, where one scratch run in 10 goes wrong and
 loses 10 points (skewed gains): with the usual noise, and with quiet seeds (run sd 1 point), where the rare
@@ -267,6 +273,29 @@ POPULATIONS = (Population("test examples dominate", spt_effect_sd=0.8, run_sd=0.
                Population("seeds dominate", spt_effect_sd=0.6, run_sd=0.3))
 
 
+# ----------------------------------------------------------------------------- gains read together
+FAMILY_GAINS = (0.0, GAIN, -POINT, 3 * POINT)
+
+
+def simultaneous_cells(noise: Noise, n: int, replicates: int, rng: np.random.Generator) -> list[Cell]:
+    """The share of studies in which all of stats.simultaneous' intervals cover their truths and, for contrast,
+    all of the uncorrected ones."""
+    k = len(FAMILY_GAINS)
+    shared = rng.normal(0.0, PAIR_SD, (replicates, n, 1))  # the seed's effect, every gain's both arms
+    spt = BASE + np.array(FAMILY_GAINS) + shared + noise.draw(rng, (replicates, n, k), scratch=False)
+    scratch = BASE + shared + noise.draw(rng, (replicates, n, k))  # (replicates, n, k)
+    truths = [gain - noise.mean for gain in FAMILY_GAINS]
+    together = {"corrected": 0, "each": 0}
+    for a, b in zip(spt, scratch):
+        gains = [stats.paired_t(a[:, j].tolist(), b[:, j].tolist(), LEVEL) for j in range(k)]
+        for key, intervals in (("corrected", stats.simultaneous(gains)), ("each", gains)):
+            together[key] += all(p.low <= truth <= p.high for p, truth in zip(intervals, truths))
+    return [Cell("gains together", noise.name, n, noise.gated, {"all": together["corrected"] / replicates},
+                 f"{k} gains, all covered"),
+            Cell("gains together", f"{noise.name}, uncorrected", n, False,
+                 {"all": together["each"] / replicates}, f"{k} gains, all covered", contrast=True)]
+
+
 # ----------------------------------------------------------------------------- report
 def line(cell: Cell) -> str:
     values = "  ".join(f"{col}: " + ("—" if c is None else f"{c:.1%}") for col, c in cell.coverage.items())
@@ -306,6 +335,12 @@ def main() -> None:
     for population in POPULATIONS:
         for n in SEED_COUNTS:
             cells += population_cells(population, n, replicates, rng)
+            print(line(cells[-2]), line(cells[-1]), sep="\n", flush=True)
+    print(f"gains read together: {len(FAMILY_GAINS)} gains on the same seeds, all covered at once (Bonferroni); the "
+          f"uncorrected {LEVEL:.0%} intervals for contrast")
+    for noise in NOISES:
+        for n in SEED_COUNTS:
+            cells += simultaneous_cells(noise, n, replicates, rng)
             print(line(cells[-2]), line(cells[-1]), sep="\n", flush=True)
     print(f"{time.perf_counter() - start:.0f} s")
     print(f"lowest coverage of the stress cells (skewed noise, not gated): {lowest(cells, False):.1%}")

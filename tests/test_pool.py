@@ -174,10 +174,37 @@ def test_the_readme_confirmation_figures_are_what_its_kept_records_pool_to():
 
 def test_the_data_fractions_table_in_results_is_what_its_kept_records_pool_to():
     """docs/results.md calls its latest pooled data_fractions table unedited: the command above it, run on the
-    committed records, prints each of its rows."""
+    committed records, prints each of its rows and the correction line kept under it."""
     text = (REPO / "docs" / "results.md").read_text()
     command = re.findall(r"`sptune report (docs/records/data-fractions[^`]+)`", text)[-1]
     table = text.split(command, 1)[1].split("\n\n", 2)[1]
     lines = "\n".join(pool.pooled([REPO / d for d in command.split()])).splitlines()
     rows = [row for row in table.splitlines() if row.startswith("| 0.") or row.startswith("| 1 ")]
     assert len(rows) == 4 and all(row in lines for row in rows), (rows, lines)
+    correction = text.split(table, 1)[1].split("\n\n", 2)[1]  # the line under the table, when it is kept
+    assert not correction.startswith("The 4 gains read together") or correction in lines, (correction, lines)
+
+
+def entry(gains, base=0.5):
+    """A table entry pair (scratch, SPT) whose per-seed gains are `gains` (accuracy, fractions of 1)."""
+    def members(shift):
+        return {"metric": "accuracy", "members": [{"seed": s, "test": base + shift[s]} for s in range(len(gains))]}
+    return members([0.0] * len(gains)), members(gains)
+
+
+def test_gains_read_together_are_corrected_for_their_number():
+    """A gain whose own 95% interval excludes 0 (p = 0.017) does not survive the correction for reading four;
+    a large one does. Points for accuracy; the t-quantile at 98.75% and 4 dof is 4.3147 (tables: 4.3147)."""
+    borderline = [0.01, 0.0225, 0.035, 0.0475, 0.06]  # mean 3.5 points, 95% CI [+1.05, +5.95]; 98.75% [-0.31, +7.31]
+    large = [0.05, 0.06, 0.07, 0.055, 0.065]          # mean 6.0 points, 98.75% [+4.47, +7.53]
+    noise = [0.004, -0.002, 0.012, 0.0, -0.008]
+    assert stats.t_interval(borderline).excludes_zero
+    line = report.simultaneous_lines([("a", *entry(borderline)), ("b", *entry(large)), ("c", *entry(noise)),
+                                      ("d", *entry([-g for g in noise]))])[0]
+    assert "(Bonferroni: each at 98.75%)" in line
+    assert "a +3.50 [-0.31, +7.31] (p = 0.017); b +6.00 [+4.47, +7.53]" in line
+    assert line.endswith("Excluding 0 after the correction: b.")
+    two = report.simultaneous_lines([("a", *entry(borderline)), ("c", *entry(noise))])[0]
+    assert "each at 97.50%" in two and two.endswith("correction: a.")
+    assert report.simultaneous_lines([("a", *entry(borderline))]) == []
+    assert report.simultaneous_lines([("a", *entry(borderline)), ("b", *entry([0.01, 0.02]))]) == []  # n=2

@@ -60,6 +60,23 @@ def test_interval_that_includes_zero_and_degenerate_cases():
         stats.t_interval([])
 
 
+def test_the_p_value_is_where_the_interval_reaches_zero():
+    differences = [1.0, 2.0, 3.0, 4.0, 5.0]
+    low = stats.t_interval(differences).low
+    assert stats.p_value(stats.t_interval([d - low for d in differences])) == pytest.approx(0.05, abs=1e-9)
+    assert stats.p_value(stats.t_interval([-d for d in differences])) == stats.p_value(stats.t_interval(differences))
+    assert stats.p_value(stats.t_interval([0.7])) is None and stats.p_value(stats.t_interval([0.2, 0.2])) is None
+
+
+def test_simultaneous_intervals_widen_each_to_the_bonferroni_level():
+    gains = [stats.t_interval(d) for d in ([1.0, 2.0, 3.0], [-1.0, 2.0, 0.5], [0.3, 0.1, 0.6, 0.2])]
+    wide = stats.simultaneous(gains)
+    assert [w.level for w in wide] == [pytest.approx(1 - 0.05 / 3)] * 3
+    assert all(w.mean == g.mean and w.half_width > g.half_width for w, g in zip(wide, gains))
+    assert wide[2] == stats.t_interval([0.3, 0.1, 0.6, 0.2], 1 - 0.05 / 3)
+    assert stats.simultaneous([]) == []
+
+
 def test_mean_std():
     assert stats.mean_std([]) == (None, None)
     assert stats.mean_std([2.0]) == (2.0, None)

@@ -323,6 +323,8 @@ def test_fraction_report_gain_is_paired_by_seed_with_a_t_interval(tmp_path):
     # fraction 1.0, seeds 0..2: SPT 0.60/0.61/0.62, scratch 0.40/0.42/0.44 -> gains 20, 19, 18 points:
     # mean 19, sd 1, t_{0.975,2} = 4.3027 -> half-width 4.3027 / sqrt(3) = 2.48
     assert "+19.00 ± 2.48 (95% CI [+16.52, +21.48], n=3)" in table
+    # read together with the other fraction's gain: each interval at 97.5%, t_{0.9875,2} = 6.2053 -> 19 +- 3.58
+    assert "(Bonferroni: each at 97.50%)" in table and "1 +19.00 [+15.42, +22.58]" in table
 
 
 def test_gains_over_a_reference_row_are_paired_by_seed(tmp_path):
@@ -344,6 +346,7 @@ def test_spt_gains_per_model_and_column_are_paired_by_seed(tmp_path):
     table = report.write(tmp_path)["table"].read_text()
     # fraction 1.0: SPT 0.60 + 0.01 seed over scratch 0.40 + 0.02 seed: 20, 19, 18 points
     assert "Paired SPT gain per model" in table and "+19.00 ± 2.48 (95% CI [+16.52, +21.48], n=3)" in table
+    assert "S4 0.1 +10.00 [+6.42, +13.58]" in table and table.count("Excluding 0 after the correction: S4 0.1, S4 1.0.") == 1
 
 
 def test_model_sizes_at_cpu_scale_is_the_main_jobs_setting_at_three_sizes():

@@ -206,10 +206,11 @@ def gains_lines(arm_rows: list[dict[str, Any]], layout: dict[str, Any]) -> list[
     reference, row_key, col_key = layout["gains_over"], layout.get("row", "row"), layout["col"]
     table = entries(arm_rows, row_key, col_key)
     cols = ordered([str(a[col_key]) for a in arm_rows])
-    body = [[row] + [fmt_gain(table.get((reference, col)), table.get((row, col))) for col in cols]
-            for row in ordered([str(a[row_key]) for a in arm_rows]) if row != reference]
+    rows = [row for row in ordered([str(a[row_key]) for a in arm_rows]) if row != reference]
+    body = [[row] + [fmt_gain(table.get((reference, col)), table.get((row, col))) for col in cols] for row in rows]
+    gains = [(f"{col} {row}", table.get((reference, col)), table.get((row, col))) for col in cols for row in rows]
     return [f"Paired gain over {reference} (test metric, points for accuracy; 95% CI, pairs matched by seed):", "",
-            markdown_table([layout.get("row_title", ""), *cols], body), ""]
+            markdown_table([layout.get("row_title", ""), *cols], body), ""] + simultaneous_lines(gains)
 
 
 def spt_gain_lines(arm_rows: list[dict[str, Any]], layout: dict[str, Any]) -> list[str]:
@@ -217,10 +218,12 @@ def spt_gain_lines(arm_rows: list[dict[str, Any]], layout: dict[str, Any]) -> li
     col_key = layout["col"]
     table = entries(arm_rows, "row", col_key)
     cols = ordered([str(a[col_key]) for a in arm_rows])
-    body = [[model] + [fmt_gain(table.get((row_label(model, "scratch"), col)), table.get((row_label(model, "masked"), col)))
-                       for col in cols] for model in ordered([a["model"] for a in arm_rows])]
+    pairs = {model: [(table.get((row_label(model, "scratch"), col)), table.get((row_label(model, "masked"), col)))
+                     for col in cols] for model in ordered([a["model"] for a in arm_rows])}
+    body = [[model] + [fmt_gain(scratch, spt) for scratch, spt in row] for model, row in pairs.items()]
+    gains = [(f"{model} {col}", *pair) for model, row in pairs.items() for col, pair in zip(cols, row)]
     return ["Paired SPT gain per model (masked SPT - scratch, test metric, points for accuracy; 95% CI, pairs "
-            "matched by seed):", "", markdown_table(["model", *cols], body), ""]
+            "matched by seed):", "", markdown_table(["model", *cols], body), ""] + simultaneous_lines(gains)
 
 
 def average_entry(row: str, cols: list[str], table: dict, average: dict[str, Any]) -> str:
@@ -257,8 +260,34 @@ def fraction_table(arm_rows: list[dict[str, Any]], layout: dict[str, Any]) -> st
 
 
 def fraction_sections(arm_rows: list[dict[str, Any]], layout: dict[str, Any]) -> list[str]:
-    """A fraction layout's section: the table of Figure 3 (arms tagged by with_column_arms)."""
-    return ["## Test metric vs training-data fraction (§3.4, Figure 3)", "", fraction_table(arm_rows, layout), ""]
+    """A fraction layout's section: the table of Figure 3 (arms tagged by with_column_arms), then its gains
+    corrected for being read together."""
+    table = entries(arm_rows, "fraction", "column_arm")
+    cols = ordered([a["column"] for a in arm_rows])
+    gains = [(f"{col} {fraction:g}" if len(cols) > 1 else f"{fraction:g}",
+              table.get((str(fraction), f"{col}|scratch")), table.get((str(fraction), f"{col}|masked")))
+             for col in cols for fraction in sorted({a["fraction"] for a in arm_rows})]
+    return (["## Test metric vs training-data fraction (§3.4, Figure 3)", "", fraction_table(arm_rows, layout), ""]
+            + simultaneous_lines(gains))
+
+
+def simultaneous_lines(gains: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None]]) -> list[str]:
+    """A table's paired gains (label, scratch entry, SPT entry) once more, with intervals that all cover together
+    (sptune.stats.simultaneous), and which of them exclude 0 then; nothing for fewer than two intervals."""
+    usable = [(label, paired, spt["metric"]) for label, scratch, spt in gains
+              if (paired := paired_gain(scratch, spt)) is not None and paired.half_width is not None
+              and not paired.degenerate]
+    if len(usable) < 2:
+        return []
+    wide = stats.simultaneous([paired for _, paired, _ in usable])
+    parts = [f"{label} {paired.mean * scale(metric):+.2f} [{wide_p.low * scale(metric):+.2f}, "
+             f"{wide_p.high * scale(metric):+.2f}] (p = {stats.p_value(paired):.2g})"
+             for (label, paired, metric), wide_p in zip(usable, wide)]
+    found = [label for (label, _, _), wide_p in zip(usable, wide) if wide_p.excludes_zero]
+    return [f"The {len(usable)} gains read together, with intervals that all cover at once with "
+            f"{usable[0][1].level:.0%} probability (Bonferroni: each at {wide[0].level:.2%}) and each gain's "
+            f"uncorrected paired-t p: " + "; ".join(parts) + f". Excluding 0 after the correction: "
+            f"{', '.join(found) or 'none'}.", ""]
 
 
 def with_column_arms(arm_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
