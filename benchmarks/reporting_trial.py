@@ -37,10 +37,9 @@ def reporting_stage(config: dict[str, Any], spec: trainable.TrialSpec, seconds: 
 
 
 def busy_spans(run_dirs: list[Path]) -> list[tuple[float, float]]:
-    """(start, end) of each trial's work as its trial.json records it (one attempt: started + wall_seconds)."""
+    """(start, end) of each trial's work as its trial.json records it (one attempt: started, ended)."""
     spans = []
     for run_dir in run_dirs:
-        trial = files.read_json(run_dir / files.TRIAL)
-        start = trial["attempts"][0]["started"]
-        spans.append((start, start + trial["wall_seconds"]))
+        attempt = files.read_json(run_dir / files.TRIAL)["attempts"][0]
+        spans.append((attempt["started"], attempt["ended"]))
     return spans

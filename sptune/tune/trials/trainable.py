@@ -295,6 +295,9 @@ def attempt(run_dir: Path, spec: TrialSpec, trial_id: str, params: dict[str, Any
     log.info("trial %s (%s path) starts at step %d in %s", trial_id, spec.path,
              record["attempts"][-1]["start_step"], run_dir)
     yield clock
+    # `ended` is written before the trial's final report, so anything Tune starts on that report (the next
+    # stage's trials) starts after it: a causal order on one clock, which start + wall_seconds is not.
+    record["attempts"][-1]["ended"] = time.time()
     record["wall_seconds"] = clock.total()
     atomic.write_json(path, record)
 
