@@ -172,17 +172,32 @@ def test_the_readme_confirmation_figures_are_what_its_kept_records_pool_to():
                          line), (line, mean, low, high)
 
 
+def latest_pooled_report(record_prefix):
+    """docs/results.md's last `sptune report docs/records/<record_prefix>...` command, the text after it, and
+    the lines that command prints when run on the committed records."""
+    text = (REPO / "docs" / "results.md").read_text()
+    command = re.findall(rf"`sptune report (docs/records/{record_prefix}[^`]+)`", text)[-1]
+    lines = "\n".join(pool.pooled([REPO / d for d in command.split()])).splitlines()
+    return text.split(command, 1)[1], lines
+
+
 def test_the_data_fractions_table_in_results_is_what_its_kept_records_pool_to():
     """docs/results.md calls its latest pooled data_fractions table unedited: the command above it, run on the
     committed records, prints each of its rows and the correction line kept under it."""
-    text = (REPO / "docs" / "results.md").read_text()
-    command = re.findall(r"`sptune report (docs/records/data-fractions[^`]+)`", text)[-1]
-    table = text.split(command, 1)[1].split("\n\n", 2)[1]
-    lines = "\n".join(pool.pooled([REPO / d for d in command.split()])).splitlines()
+    text, lines = latest_pooled_report("data-fractions")
+    table = text.split("\n\n", 2)[1]
     rows = [row for row in table.splitlines() if row.startswith("| 0.") or row.startswith("| 1 ")]
     assert len(rows) == 4 and all(row in lines for row in rows), (rows, lines)
     correction = text.split(table, 1)[1].split("\n\n", 2)[1]  # the line under the table
     assert correction.startswith("The 4 gains read together") and correction in lines, (correction, lines)
+
+
+def test_the_spt_ratio_tables_in_results_are_what_its_kept_records_pool_to():
+    """The same for spt_ratio's latest pooled report: its accuracy and paired-gain rows, every share."""
+    text, lines = latest_pooled_report("spt-ratio")
+    accuracy, _, gains = text.split("\n\n", 4)[1:4]
+    rows = [row for row in (accuracy + "\n" + gains).splitlines() if re.match(r"\| \d+% ", row)]
+    assert len(rows) == 7 and all(row in lines for row in rows), (rows, lines)
 
 
 def entry(gains, base=0.5):
