@@ -188,16 +188,23 @@ def test_the_data_fractions_table_in_results_is_what_its_kept_records_pool_to():
     table = text.split("\n\n", 2)[1]
     rows = [row for row in table.splitlines() if row.startswith("| 0.") or row.startswith("| 1 ")]
     assert len(rows) == 4 and all(row in lines for row in rows), (rows, lines)
-    correction = text.split(table, 1)[1].split("\n\n", 2)[1]  # the line under the table
-    assert correction.startswith("The 4 gains read together") and correction in lines, (correction, lines)
+    assert_correction_under(table, text, lines, count=4)
+
+
+def assert_correction_under(table, text, lines, count):
+    """The line kept under a gain table: the correction for its `count` gains read together, as printed."""
+    correction = text.split(table, 1)[1].split("\n\n", 2)[1]
+    assert correction.startswith(f"The {count} gains read together") and correction in lines, (correction, lines)
 
 
 def test_the_spt_ratio_tables_in_results_are_what_its_kept_records_pool_to():
-    """The same for spt_ratio's latest pooled report: its accuracy and paired-gain rows, every share."""
+    """The same for spt_ratio's latest pooled report: its accuracy and paired-gain rows, every share, and the
+    correction for its six gains (2 models x 3 shares) read together."""
     text, lines = latest_pooled_report("spt-ratio")
     accuracy, _, gains = text.split("\n\n", 4)[1:4]
     rows = [row for row in (accuracy + "\n" + gains).splitlines() if re.match(r"\| \d+% ", row)]
     assert len(rows) == 7 and all(row in lines for row in rows), (rows, lines)
+    assert_correction_under(gains, text, lines, count=6)
 
 
 def entry(gains, base=0.5):
