@@ -207,6 +207,15 @@ def test_the_spt_ratio_tables_in_results_are_what_its_kept_records_pool_to():
     assert_correction_under(gains, text, lines, count=6)
 
 
+
+def test_the_model_sizes_tables_in_results_are_what_its_kept_records_pool_to():
+    """The same for model_sizes' latest pooled report: its accuracy rows (2 models x scratch / SPT) and its
+    paired-gain rows (one per model), every budget."""
+    text, lines = latest_pooled_report("model-sizes")
+    accuracy, _, gains = text.split("\n\n", 4)[1:4]
+    rows = [row for row in (accuracy + "\n" + gains).splitlines() if re.match(r"\| (Transformer|S4D)", row)]
+    assert len(rows) == 6 and all(row in lines for row in rows), (rows, lines)
+
 def entry(gains, base=0.5):
     """A table entry pair (scratch, SPT) whose per-seed gains are `gains` (accuracy, fractions of 1)."""
     def members(shift):
