@@ -14,7 +14,7 @@ from ray_fixtures import REPO, TINY, ray_instance, sptune_env  # noqa: F401 (a f
 from test_resume_study import midway, ray_left_behind
 
 from sptune import files
-from sptune.tune.records import results
+from sptune.tune.records import results, study_state
 from sptune.tune.engine import session
 
 pytestmark = pytest.mark.slow  # ~90 s on 2 CPU cores: the killed run, its resume, an uninterrupted run
@@ -82,6 +82,25 @@ def numbers(experiment_dir):
     return table
 
 
+def counted_done_unfinished(experiment_dir):
+    """(cell, stage) pairs a stopped driver marked done although one of their trials has no result. A cell may
+    finish all its stages before two others are caught mid-way (on a loaded machine it did: CI, 2026-11-29), so
+    "done" is allowed; "done" without every trial's result is not."""
+    wrong = []
+    for key in CELLS:
+        cell = experiment_dir / files.CELLS / key
+        for stage, status in files.read_json(cell / files.STUDY)["stage_status"].items():
+            runs = list((cell / stage).iterdir()) if (cell / stage).is_dir() else []
+            if status != study_state.DONE or not runs or not all((run / files.RESULT).is_file() for run in runs):
+                wrong.append((key, stage, status))
+    return wrong
+
+
+def all_done(experiment_dir):
+    return all(files.read_json(experiment_dir / files.CELLS / key / files.STUDY)["stage_status"].keys()
+               >= {"pretrain", "finetune", "scratch"} for key in CELLS)
+
+
 REFERENCE = {}  # the uninterrupted run's numbers, computed once for both signals
 
 
@@ -97,10 +116,9 @@ def test_a_killed_experiment_resumes_with_an_uninterrupted_runs_numbers(sig, tmp
         wait_for_two_cells_midway(killed, procs[0])
         os.kill(procs[0].pid, sig)
         output = procs[0].communicate(timeout=120)[0]
-        if sig == signal.SIGINT:  # it stopped itself: at a step boundary, exit 130, nothing counted as done
+        if sig == signal.SIGINT:  # it stopped itself at a step boundary, exit 130; nothing unfinished is done
             assert procs[0].returncode == 130 and "INTERRUPTED" in output, output[-3000:]
-            assert not any(files.read_json(killed / files.CELLS / key / files.STUDY)["stage_status"]
-                           .get("finetune") for key in CELLS)
+            assert counted_done_unfinished(killed) == [] and not all_done(killed)
         procs.append(start(killed))
         output = procs[1].communicate(timeout=420)[0]
         assert procs[1].returncode == 0 and "FAILED []" in output, output[-3000:]
