@@ -200,21 +200,26 @@ def assert_correction_under(table, text, lines, count):
 def test_the_spt_ratio_tables_in_results_are_what_its_kept_records_pool_to():
     """The same for spt_ratio's latest pooled report: its accuracy and paired-gain rows, every share, and the
     correction for its six gains (2 models x 3 shares) read together."""
-    text, lines = latest_pooled_report("spt-ratio")
-    accuracy, _, gains = text.split("\n\n", 4)[1:4]
-    rows = [row for row in (accuracy + "\n" + gains).splitlines() if re.match(r"\| \d+% ", row)]
-    assert len(rows) == 7 and all(row in lines for row in rows), (rows, lines)
+    text, lines, gains = assert_table_rows_printed("spt-ratio", r"\| \d+% ", count=7)
     assert_correction_under(gains, text, lines, count=6)
-
 
 
 def test_the_model_sizes_tables_in_results_are_what_its_kept_records_pool_to():
     """The same for model_sizes' latest pooled report: its accuracy rows (2 models x scratch / SPT) and its
     paired-gain rows (one per model), every budget."""
-    text, lines = latest_pooled_report("model-sizes")
+    assert_table_rows_printed("model-sizes", r"\| (Transformer|S4D)", count=6)
+
+
+def assert_table_rows_printed(record_prefix, row_pattern, count):
+    """The latest pooled report's accuracy and paired-gain tables in results.md (the first and third blocks after
+    its command): their `count` rows matching `row_pattern` are lines the command prints. Returns the text after
+    the command, the printed lines and the gain table."""
+    text, lines = latest_pooled_report(record_prefix)
     accuracy, _, gains = text.split("\n\n", 4)[1:4]
-    rows = [row for row in (accuracy + "\n" + gains).splitlines() if re.match(r"\| (Transformer|S4D)", row)]
-    assert len(rows) == 6 and all(row in lines for row in rows), (rows, lines)
+    rows = [row for row in (accuracy + "\n" + gains).splitlines() if re.match(row_pattern, row)]
+    assert len(rows) == count and all(row in lines for row in rows), (rows, lines)
+    return text, lines, gains
+
 
 def entry(gains, base=0.5):
     """A table entry pair (scratch, SPT) whose per-seed gains are `gains` (accuracy, fractions of 1)."""
