@@ -7,6 +7,10 @@ The Python API (sptune.api; imported on first use, so `import sptune` stays ligh
 run_study, resume_study, load_results, load_history.
 """
 
+from sptune import cpu_kernels
+
+cpu_kernels.pin()  # before any model runs: a seed gives the same numbers on every x86 CPU (sptune.cpu_kernels)
+
 __version__ = "0.1.0"
 __all__ = ["run_study", "resume_study", "load_results", "load_history"]
 

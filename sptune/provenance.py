@@ -12,16 +12,19 @@ from typing import Any
 import torch
 from torch import nn
 
+from sptune import cpu_kernels
 from sptune.train_setup import autocast
 
 
 def describe_device(device: torch.device) -> str:
-    """'cuda:0 NVIDIA H100 80GB HBM3 (79 GiB, 1 visible)' or 'cpu (x86_64, 2 threads)'."""
+    """'cuda:0 NVIDIA H100 80GB HBM3 (79 GiB, 1 visible)' or 'cpu (x86_64, 2 threads, oneDNN AVX2)': a CPU's
+    figures depend on the kernels' instruction set (sptune.cpu_kernels)."""
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         return (f"cuda:{device.index} {props.name} ({props.total_memory / 2**30:.0f} GiB, "
                 f"{torch.cuda.device_count()} visible)")
-    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    cpu = platform.processor() or platform.machine()
+    return f"cpu ({cpu}, {torch.get_num_threads()} threads, {cpu_kernels.describe()})"
 
 
 def kernels(model: nn.Module, device: torch.device, precision: str) -> list[str]:

@@ -12,7 +12,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "sptune"
 LAYERS = [
     ["sptune.errors", "sptune.files", "sptune.atomic", "sptune.config", "sptune.stats", "sptune.selection",
      "sptune.multiplier", "sptune.output", "sptune.flops", "sptune.pairs", "sptune.fingerprint",
-     "sptune.checkpoints", "sptune.rng_state", "sptune.folds"],  # pure helpers: no task, model, training or Ray code
+     "sptune.checkpoints", "sptune.rng_state", "sptune.folds",
+     "sptune.cpu_kernels"],  # pure helpers: no task, model, training or Ray code
     ["sptune.protocol"],  # the SPT protocol's order and selection rule (plain runs and the engine ask it)
     ["sptune.tasks", "sptune.models", "sptune.objectives"],
     ["sptune.registry", "sptune.build", "sptune.data", "sptune.baselines", "sptune.runs"],

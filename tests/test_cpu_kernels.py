@@ -1,0 +1,53 @@
+"""A seed gives the same numbers on every x86 CPU: importing sptune pins oneDNN's instruction set to AVX2
+(sptune.cpu_kernels). Each case runs in a fresh process, because oneDNN reads its setting once, at its
+first op. On a CPU whose widest set is AVX2 an unpinned run computes the same bits, so there the main check
+cannot tell the pin from its absence; on an AVX-512 CPU (this project's machine) it fails without it."""
+
+import os
+import subprocess
+import sys
+
+SCRIPT = """
+import hashlib, os, sys
+import sptune  # first, as every sptune process imports it before a model runs
+import torch
+from sptune.build import build_task_model
+from sptune.config import ModelConfig
+from sptune.registry import get_task
+
+torch.manual_seed(0)
+torch.set_num_threads(1)
+model = build_task_model(ModelConfig(name=sys.argv[1]), get_task("ucr-osuleaf"))  # (B, L, 1) -> (B, classes)
+x = torch.randn(4, 427, 1)
+logits = model(x, torch.full((4,), 427))
+logits.square().sum().backward()
+found = torch.cat([logits.detach().flatten()] + [p.grad.flatten() for p in model.parameters()])
+print(os.environ.get("ONEDNN_MAX_CPU_ISA"), hashlib.sha1(found.numpy().tobytes()).hexdigest())
+"""
+
+
+def run(model: str, isa: str | None) -> tuple[str, str]:
+    """(the ONEDNN_MAX_CPU_ISA a fresh sptune process ran under, a hash of its logits and gradients)."""
+    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_MAX_CPU_ISA"}
+    if isa:
+        env["ONEDNN_MAX_CPU_ISA"] = isa
+    out = subprocess.run([sys.executable, "-c", SCRIPT, model], env=env, capture_output=True, text=True, check=True)
+    setting, digest = out.stdout.split()
+    return setting, digest
+
+
+def test_importing_sptune_pins_avx2_and_keeps_a_choice_the_user_made():
+    assert run("transformer", None)[0] == "AVX2"
+    assert run("transformer", "ALL")[0] == "ALL"
+
+
+def test_both_models_compute_what_an_avx2_machine_computes():
+    for model in ("transformer", "s4d-legs"):  # both have GELU in their feed-forward, which oneDNN runs
+        pinned, explicit = run(model, None)[1], run(model, "AVX2")[1]
+        assert pinned == explicit, f"{model}: the default differs from ONEDNN_MAX_CPU_ISA=AVX2"
+
+
+def test_the_provenance_names_the_instruction_set():
+    code = "import sptune, torch; from sptune.provenance import describe_device; print(describe_device(torch.device('cpu')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().endswith("oneDNN AVX2)"), out
