@@ -9,7 +9,7 @@ run_study, resume_study, load_results, load_history.
 
 from sptune import cpu_kernels
 
-cpu_kernels.pin()  # before any model runs: a seed gives the same numbers on every x86 CPU (sptune.cpu_kernels)
+cpu_kernels.pin()  # before any model runs: oneDNN's kernels the same on every x86 CPU with AVX2 (sptune.cpu_kernels)
 
 __version__ = "0.1.0"
 __all__ = ["run_study", "resume_study", "load_results", "load_history"]

@@ -1,7 +1,8 @@
-"""A seed gives the same numbers on every x86 CPU: importing sptune pins oneDNN's instruction set to AVX2
-(sptune.cpu_kernels). Each case runs in a fresh process, because oneDNN reads its setting once, at its
-first op. On a CPU whose widest set is AVX2 an unpinned run computes the same bits, so there the main check
-cannot tell the pin from its absence; on an AVX-512 CPU (this project's machine) it fails without it."""
+"""Importing sptune pins oneDNN's instruction set to AVX2, so its kernels (GELU among them) compute the same bits
+on every x86 CPU with AVX2 (sptune.cpu_kernels). Each case runs in a fresh process, because oneDNN reads its
+setting once, at its first op. On a CPU whose widest set is AVX2 an unpinned run computes the same bits, so
+there the main check cannot tell the pin from its absence; on an AVX-512 CPU (this project's machine) it fails
+without it."""
 
 import os
 import subprocess
@@ -26,13 +27,18 @@ print(os.environ.get("ONEDNN_MAX_CPU_ISA"), hashlib.sha1(found.numpy().tobytes()
 """
 
 
-def run(model: str, isa: str | None) -> tuple[str, str]:
-    """(the ONEDNN_MAX_CPU_ISA a fresh sptune process ran under, a hash of its logits and gradients)."""
+def fresh_process(code: str, *args: str, isa: str | None = None) -> str:
+    """The stdout of `code` run in a new Python process, with ONEDNN_MAX_CPU_ISA set to `isa` (None: unset)."""
     env = {k: v for k, v in os.environ.items() if k != "ONEDNN_MAX_CPU_ISA"}
     if isa:
         env["ONEDNN_MAX_CPU_ISA"] = isa
-    out = subprocess.run([sys.executable, "-c", SCRIPT, model], env=env, capture_output=True, text=True, check=True)
-    setting, digest = out.stdout.split()
+    return subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True,
+                          check=True).stdout
+
+
+def run(model: str, isa: str | None) -> tuple[str, str]:
+    """(the ONEDNN_MAX_CPU_ISA a fresh sptune process ran under, a hash of its logits and gradients)."""
+    setting, digest = fresh_process(SCRIPT, model, isa=isa).split()
     return setting, digest
 
 
@@ -48,6 +54,6 @@ def test_both_models_compute_what_an_avx2_machine_computes():
 
 
 def test_the_provenance_names_the_instruction_set():
-    code = "import sptune, torch; from sptune.provenance import describe_device; print(describe_device(torch.device('cpu')))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = fresh_process("import sptune, torch; from sptune.provenance import describe_device; "
+                        "print(describe_device(torch.device('cpu')))")
     assert out.strip().endswith("oneDNN AVX2)"), out
