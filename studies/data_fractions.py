@@ -71,7 +71,7 @@ def space(task: str) -> dict:
 def add_flags(parser) -> None:
     parser.add_argument("--cpu", action="store_true",
                         help="the experiment at CPU scale on the main job's task (UCR OSULeaf), S4D and setting: 4 "
-                             "fractions x seeds 6-15, pretraining to a plateau")
+                             "fractions x seeds 6-15, pretraining up to 1000 steps (a budget, not a plateau)")
     parser.add_argument("--first-budget", action="store_true",
                         help="with --cpu: the study as first reported, under the main job's first budget (200 steps "
                              "every stage, its first grid), seeds 1-3")

@@ -58,7 +58,7 @@ def size_label(budget: int) -> str:
 def add_flags(parser) -> None:
     parser.add_argument("--cpu", action="store_true",
                         help="the experiment at CPU scale on the main job's task (UCR OSULeaf) and models: 20K / 80K / "
-                             "320K parameters, pretraining to a plateau, seeds 6-15")
+                             "320K parameters, pretraining up to 1000 steps (a budget, not a plateau), seeds 6-15")
 
 
 def build(args) -> Plan:

@@ -375,7 +375,7 @@ def test_data_fractions_at_cpu_scale_is_the_main_jobs_setting_and_the_first_repo
     for cell in plan.cells:
         assert cell.space == settings.cpu_space("s4")  # the main job's current S4D grid
         cfg = config.load(None, list(cell.overrides), stage="pretrain")
-        assert cfg.optim.max_steps == 1000 and cfg.optim.patience == 100  # pretraining to a plateau
+        assert cfg.optim.max_steps == 1000 and cfg.optim.patience == 100  # pretraining: a 1000-step budget, patience 100
         assert config.load(None, list(cell.overrides), stage="finetune").optim.max_steps == 400
     first = module.build(cli.parse_args("", ["--cpu", "--first-budget"], extra=module.add_flags))
     assert {c.labels["seed"] for c in first.cells} == {1, 2, 3}
