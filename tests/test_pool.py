@@ -210,6 +210,15 @@ def test_the_model_sizes_tables_in_results_are_what_its_kept_records_pool_to():
     assert_table_rows_printed("model-sizes", r"\| (Transformer|S4D)", count=6)
 
 
+def test_the_one_split_selection_table_in_studies_is_what_its_kept_record_prints():
+    """docs/studies.md quotes the selection over seeds of the `--val-folds` "before" record unedited: each of its
+    four rows is a line `sptune report` prints on the committed record."""
+    text = (REPO / "docs" / "studies.md").read_text().split("**Before folds, measured", 1)[1]
+    lines = "\n".join(pool.pooled([REPO / "docs/records/architectures-selection-1-5-one-split"])).splitlines()
+    rows = [row for row in text.split("\n\n", 2)[1].splitlines() if re.match(r"\| (Transformer|S4D) \|", row)]
+    assert len(rows) == 4 and all(row in lines for row in rows), (rows, lines)
+
+
 def assert_table_rows_printed(record_prefix, row_pattern, count):
     """The latest pooled report's accuracy and paired-gain tables in results.md (the first and third blocks after
     its command): their `count` rows matching `row_pattern` are lines the command prints. Returns the text after
