@@ -129,32 +129,6 @@ def test_fresh_seeds_are_a_budget_of_seeds_that_chose_nothing(capsys):
         cli.parse_args("", ["--fresh-seeds", "0"])
 
 
-def test_boundary_lines_read_the_grid_each_study_searched(tmp_path):
-    """The edge is that of study.json's grid (declared + extended), not the plan's declared grid: a best at the
-    declared top that an extension bracketed is no warning; a best at the top of the searched grid is."""
-    from sptune import files
-    from sptune.experiments.run import create_cell_study
-    from sptune.tune.options import Options
-    from sptune.tune.records import study_state
-
-    plan = load_study("architectures").build(cli.parse_args("", []))
-    plan.backend = "tune"
-    for cell in plan.cells:
-        create_cell_study(cell, tmp_path / files.CELLS / cell.key, Options())
-    s4_dir = tmp_path / files.CELLS / plan.cells[1].key
-    state = study_state.load(s4_dir)
-    state.space["stages"]["finetune"]["params"]["optim.lr"].append(9.5e-3)  # what bracketing records
-    study_state.save(s4_dir, state)
-    rows = [{"cell": plan.cells[1].key, "stage": "finetune", "selected": True, "optim.lr": 3e-3,
-             "optim.batch_size": 32},
-            {"cell": plan.cells[0].key, "stage": "scratch", "selected": True, "optim.lr": 3e-3, "optim.batch_size": 32},
-            {"cell": plan.cells[0].key, "stage": "finetune", "leading": True, "optim.lr": 1e-4,
-             "optim.batch_size": 32}]  # the best so far of an unfinished stage: not a selection, not checked
-    lines = architectures.boundary_lines(plan, rows, tmp_path)
-    assert lines == [f"{plan.cells[0].key}: warning: scratch selected optim.lr=0.003, the top of its grid "
-                     "[0.0001, 0.0003, 0.001, 0.003]: extend the grid", ""]
-
-
 def test_learning_curves_put_the_compute_tied_scratch_on_its_architectures_panel(tmp_path, monkeypatch):
     from sptune.experiments import figures
     from sptune.experiments.plan import Cell, Plan

@@ -24,13 +24,10 @@ on its val and test splits, those the models trained and selected on.
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
-from sptune import baselines, files, pairs, registry, stats
+from sptune import baselines, pairs, registry, stats
 from sptune.errors import UserError
-from sptune.experiments.plan import Plan
-from sptune.tune.records import boundary, study_state
 
 SPT, SCRATCH, TIED = "masked", "scratch", "tied"  # arm keys: SPT, scratch, scratch at SPT's total steps
 ROLES = ("selection", "confirmation")
@@ -170,22 +167,6 @@ def convergence_table(done: list[dict[str, Any]]) -> list[str]:
         out += ["", f"warning: best step in the last {1 - pairs.LATE_FRACTION:.0%} of the budget (may not have "
                     f"converged): " + ", ".join(late)]
     return out
-
-
-def boundary_lines(plan: Plan, rows: list[dict[str, Any]], experiment_dir: Path) -> list[str]:
-    """The boundary check (sptune.tune.records.boundary) of every cell: a selected lr at the edge of the grid
-    its study searched, which is study.json's (a declared grid plus its extensions: sptune.tune.records.bracketing),
-    not the plan's declared one. The plain backend searches nothing: it runs the grid's first point."""
-    if plan.backend != "tune":
-        return []
-    out = []
-    for cell in plan.cells:
-        state = study_state.read(experiment_dir / files.CELLS / cell.key)
-        if state is None:
-            continue
-        selected = {r["stage"]: r for r in rows if r["cell"] == cell.key and r.get("selected")}
-        out += [f"{cell.key}: {line}" for line in boundary.warnings(selected, state.space)]
-    return out + ([""] if out else [])
 
 
 def _pct(value: float | None) -> str:

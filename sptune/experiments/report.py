@@ -27,7 +27,7 @@ from typing import Any
 from sptune import atomic, files, multiplier, pairs, stats
 from sptune.config import load as load_config
 from sptune.atomic import write_text as write_text_atomic
-from sptune.experiments import architectures, figures
+from sptune.experiments import architectures, figures, search_checks
 from sptune.experiments.plan import Plan, load_plan
 from sptune.experiments.run import cell_columns, experiment_rows
 from sptune.tune.records import results
@@ -468,11 +468,12 @@ def write(experiment_dir: str | Path) -> dict[str, Any]:
         pngs.append(figures.fractions(arm_rows, experiment_dir / "fractions.png", data_multipliers(arm_rows)))
     else:
         table, summary_lines = grid_sections(arm_rows, layout)
-        if layout.get("architectures"):
-            summary_lines += architectures.boundary_lines(plan, rows, experiment_dir)
         lines += table + summary_lines
         for name in layout.get("plots", []):
             pngs.append(getattr(figures, name)(arm_rows, layout, experiment_dir / f"{name}.png"))
+    searched = search_checks.lines(plan, rows, experiment_dir)
+    lines += searched
+    summary_lines += searched
     if layout.get("curves"):  # Figure 5: the selected trials' validation curves, by step and by FLOPs
         pngs += [p for p in [figures.learning_curves(plan, rows, experiment_dir / "learning-curves.png")] if p]
     missing = not_completed_lines(arm_rows)
