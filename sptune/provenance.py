@@ -17,14 +17,27 @@ from sptune.train_setup import autocast
 
 
 def describe_device(device: torch.device) -> str:
-    """'cuda:0 NVIDIA H100 80GB HBM3 (79 GiB, 1 visible)' or 'cpu (x86_64, 2 threads, oneDNN AVX2)': a CPU's
-    figures depend on the kernels' instruction set (sptune.cpu_kernels)."""
+    """'cuda:0 NVIDIA H100 80GB HBM3 (79 GiB, 1 visible)' or 'cpu (Intel(R) Xeon(R) Processor, x86_64, 2 threads,
+    ATen AVX512, oneDNN AVX2)': a CPU's figures depend on the CPU and on its kernels' instruction sets (sptune.cpu_kernels:
+    the same seed gave other numbers on an Intel Xeon than on an AMD EPYC, oneDNN pinned on both)."""
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         return (f"cuda:{device.index} {props.name} ({props.total_memory / 2**30:.0f} GiB, "
                 f"{torch.cuda.device_count()} visible)")
-    cpu = platform.processor() or platform.machine()
-    return f"cpu ({cpu}, {torch.get_num_threads()} threads, {cpu_kernels.describe()})"
+    return (f"cpu ({cpu_model()}, {platform.machine()}, {torch.get_num_threads()} threads, "
+            f"ATen {torch.backends.cpu.get_cpu_capability()}, {cpu_kernels.describe()})")
+
+
+def cpu_model() -> str:
+    """The CPU's model name ('Intel(R) Xeon(R) Processor'): /proc/cpuinfo's on Linux, else what Python knows."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def kernels(model: nn.Module, device: torch.device, precision: str) -> list[str]:

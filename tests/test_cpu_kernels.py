@@ -53,7 +53,20 @@ def test_both_models_compute_what_an_avx2_machine_computes():
         assert pinned == explicit, f"{model}: the default differs from ONEDNN_MAX_CPU_ISA=AVX2"
 
 
-def test_the_provenance_names_the_instruction_set():
-    out = fresh_process("import sptune, torch; from sptune.provenance import describe_device; "
-                        "print(describe_device(torch.device('cpu')))")
-    assert out.strip().endswith("oneDNN AVX2)"), out
+DEVICE = ("import sptune, torch; from sptune.provenance import cpu_model, describe_device; "
+          "print(cpu_model()); print(torch.backends.cpu.get_cpu_capability()); print(describe_device(torch.device('cpu')))")
+
+
+def test_the_provenance_names_the_cpu_and_the_instruction_sets():
+    """The same seed gave other numbers on an Intel Xeon than on an AMD EPYC with oneDNN pinned on both (MKL picks
+    its kernels per CPU), so a run names its CPU model and ATen's and oneDNN's instruction sets."""
+    model, capability, device = fresh_process(DEVICE).strip().splitlines()
+    assert device.startswith(f"cpu ({model}, ") and f"ATen {capability}, " in device, device
+    assert device.endswith("oneDNN AVX2)"), device
+
+
+def test_the_provenance_names_an_mkl_setting_the_user_made():
+    env = {k: v for k, v in os.environ.items() if k not in ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")}
+    env["MKL_CBWR"] = "AVX2"
+    out = subprocess.run([sys.executable, "-c", DEVICE], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip().endswith("oneDNN AVX2, MKL_CBWR=AVX2)"), out
