@@ -2,6 +2,7 @@
 summary.csv) give the same intervals as one run over all their seeds, and batches that ran other settings, or a
 seed twice, are refused."""
 
+import csv
 import re
 from pathlib import Path
 
@@ -253,3 +254,23 @@ def test_gains_read_together_are_corrected_for_their_number():
     assert "each at 97.50%" in two and two.endswith("correction: a.")
     assert report.simultaneous_lines([("a", *entry(borderline))]) == []
     assert report.simultaneous_lines([("a", *entry(borderline)), ("b", *entry([0.01, 0.02]))]) == []  # n=2
+
+
+def test_the_cross_cpu_table_in_results_is_what_its_two_records_hold():
+    """docs/results.md compares seed 11's 20K cells on two kinds of CPU: each row's selected lr and test accuracy
+    are the arm's in the AMD record (model-sizes-cpu-11) and in the Intel rerun (model-sizes-cpu-11-20K-intel)."""
+    text = (REPO / "docs" / "results.md").read_text().split("### The same seed on another kind of CPU", 1)[1]
+    records = [read_summary(REPO / "docs" / "records" / name) for name in ("model-sizes-cpu-11", "model-sizes-cpu-11-20K-intel")]
+    rows = re.findall(r"^\| (Transformer|S4D), (scratch|masked SPT) \| ([\d.]+): ([\d.]+) \| ([\d.]+): ([\d.]+) \|$", text,
+                      re.MULTILINE)
+    assert len(rows) == 4, rows
+    for model, arm, *quoted in rows:
+        for record, (lr, test) in zip(records, [quoted[:2], quoted[2:]]):
+            found = next(r for r in record if r["model"] == model and r["column"] == "20K"
+                         and r["arm"] == ("masked" if arm == "masked SPT" else "scratch"))
+            assert float(found["lr"]) == float(lr) and f"{100 * float(found['test']):.2f}" == test, (model, arm, found)
+
+
+def read_summary(record_dir):
+    with open(record_dir / "summary.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
