@@ -18,8 +18,8 @@ from sptune.train_setup import autocast
 
 def describe_device(device: torch.device) -> str:
     """'cuda:0 NVIDIA H100 80GB HBM3 (79 GiB, 1 visible)' or 'cpu (Intel(R) Xeon(R) Processor, x86_64, 2 threads,
-    ATen AVX512, oneDNN AVX2)': a CPU's figures depend on the CPU and on its kernels' instruction sets (sptune.cpu_kernels:
-    the same seed gave other numbers on an Intel Xeon than on an AMD EPYC, oneDNN pinned on both)."""
+    ATen AVX512, oneDNN AVX2)': a CPU's figures depend on the CPU and on its kernels' instruction sets (the same
+    seed gave other numbers on an Intel Xeon than on an AMD EPYC, oneDNN pinned on both: sptune.cpu_kernels)."""
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         return (f"cuda:{device.index} {props.name} ({props.total_memory / 2**30:.0f} GiB, "
