@@ -16,6 +16,9 @@ scratch and with masked SPT, on a real task, with trivial baselines on the same 
              # --dir ...-60); each keeps plan.json + summary.csv in docs/records/, and
              # `sptune report docs/records/architectures-confirm-50-59 docs/records/architectures-confirm-60-64`
              # pools them
+    rotary:  python studies/architectures.py --positions rotary --seeds 70 71 72 73 74 --compute-tied --dir runs/experiments/architectures-rotary-70
+             # the README's second declared confirmation (seeds 70-89, the gap change), the Transformer with rotary
+             # positions (the paper's), in batches of 5 seeds as above
     smoke:   python studies/architectures.py --smoke-test     # 10 steps a stage, no search (plain backend)
 
 Scientific axis: architecture (Transformer, S4D = S4 in diagonal mode, model s4d-legs) x initialisation
@@ -43,6 +46,7 @@ from sptune.experiments.plan import Cell, Plan
 
 EXPERIMENT = "architectures"
 TASK = settings.CPU_TASK
+POSITIONS = ("sinusoidal", "rotary")  # the Transformer's; the first is configs/ucr_osuleaf_transformer.yaml's
 # The compute-tied scratch arm (--compute-tied, paper App. D) is a scratch cell given pretraining + finetuning's
 # steps, searched over the same lr grid as the other scratch arm and stopped by the same rule (the configs'
 # patience): a fair baseline, not one that kept another budget's lr.
@@ -53,13 +57,20 @@ def add_flags(parser) -> None:
                         help="also train scratch for SPT's total steps (pretraining + finetuning), searched over the "
                              "scratch lr grid with the same early stopping, per architecture and seed (paper "
                              "Appendix D)")
+    parser.add_argument("--positions", choices=POSITIONS, default=POSITIONS[0],
+                        help="the Transformer's position encoding (default sinusoidal, the main job's). rotary: the "
+                             "paper's, the candidate that selection seeds 1-5 chose (docs/main-job-selection.md, "
+                             "probe 12) for the README's second declared confirmation")
 
 
 def build(args) -> Plan:
     seeds = args.seeds or [0]
+    positions = getattr(args, "positions", POSITIONS[0])
     cells = []
     for name, (_, display) in settings.CPU_MODELS.items():  # the Transformer first, as Table 1
         overrides = settings.cpu_overrides(name)
+        if name == "transformer" and positions != POSITIONS[0]:
+            overrides += [f"model.pos_encoding={positions}"]
         if args.smoke_test:  # the plumbing only: 10 steps a stage, the grid's first point (plain backend)
             overrides += ["optim.max_steps=10", "optim.eval_every=5"]
         for seed in seeds:
@@ -74,7 +85,7 @@ def build(args) -> Plan:
         experiment=EXPERIMENT, title="Architecture result at CPU scale: Transformer vs S4D, scratch vs SPT (Table 1)",
         axis="architecture (Transformer, S4D) x initialisation (scratch, masked SPT); seeds",
         nuisance="lr per stage (finetune and scratch: the same grid and step budget; S4D 3 values, Transformer 4)",
-        fixed="configs/ucr_osuleaf_{transformer,s4}.yaml: backbone size, batch 32, 200 pretraining steps, 400 "
+        fixed=f"configs/ucr_osuleaf_{{transformer,s4}}.yaml: the Transformer's {positions} positions, backbone size, batch 32, 200 pretraining steps, 400 "
               "finetuning / scratch steps with early stopping (patience 100), 25% masking with L1",
         layout={"kind": "grid", "col": "column", "row_title": "model", "heading": "Test accuracy (%), UCR OSULeaf",
                 "plots": ["bars"], "plot_title": "OSULeaf test accuracy: scratch (solid), masked SPT (hatched)",

@@ -188,3 +188,20 @@ def test_gains_get_the_interval_that_resamples_the_test_set_where_every_run_kept
     # S4D's SPT runs scored on 3 test examples, not 4: the lines that compare them say why they have none.
     assert "; with test-set sampling: none (test outcomes of 3 and 4 examples: the runs were not scored on one " \
            "test set" in report("111")
+
+
+def test_rotary_positions_change_the_transformer_cells_only():
+    script = load_study("architectures")
+
+    def cells(*flags):
+        plan = script.build(cli.parse_args("", ["--seeds", "70", *flags], extra=script.add_flags))
+        return plan, {c.labels["model"]: c for c in plan.cells}
+
+    def encoding(cell):
+        return config.load(None, list(cell.overrides)).model.pos_encoding
+
+    (_, default), (rotary_plan, rotary) = cells(), cells("--positions", "rotary")
+    assert encoding(default["Transformer"]) == "sinusoidal"  # the main job's: the config's
+    assert encoding(rotary["Transformer"]) == "rotary"
+    assert rotary["S4D"].overrides == default["S4D"].overrides  # S4D runs as in the main job
+    assert "rotary positions" in rotary_plan.fixed
