@@ -86,7 +86,8 @@ def build(args) -> Plan:
         axis="architecture (Transformer, S4D) x initialisation (scratch, masked SPT); seeds",
         nuisance="lr per stage (finetune and scratch: the same grid and step budget; S4D 3 values, Transformer 4)",
         fixed=f"configs/ucr_osuleaf_{{transformer,s4}}.yaml: the Transformer's {positions} positions, backbone size, "
-              "batch 32, 200 pretraining steps, 400 finetuning / scratch steps with early stopping (patience 100), 25% masking with L1",
+              "batch 32, 200 pretraining steps, 400 finetuning / scratch steps with early stopping (patience 100), "
+              "25% masking with L1",
         layout={"kind": "grid", "col": "column", "row_title": "model", "heading": "Test accuracy (%), UCR OSULeaf",
                 "plots": ["bars"], "plot_title": "OSULeaf test accuracy: scratch (solid), masked SPT (hatched)",
                 "architectures": {"transformer": "Transformer", "ssm": "S4D"}, "baselines_task": TASK,
