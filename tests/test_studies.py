@@ -189,9 +189,10 @@ def test_a_restored_run_places_the_trials_of_cells_that_finished_since_it_began(
 
 
 def test_the_engine_proposes_seed_by_seed_so_a_stopped_batch_keeps_whole_seeds(tmp_path):
-    """Cells in the plan's model-major order are run seed by seed, and each cell's pretraining and scratch
-    trials are proposed before the next cell's: a batch stopped part-way has whole seeds, not every cell
-    part-way. (Stage-major proposal, before: every pretraining trial, then every scratch trial.)"""
+    """Cells in the plan's model-major order are run seed by seed, and each cell's scratch trials are proposed
+    before the next cell's, its pretraining `lookahead` cells early: a batch stopped part-way has whole seeds
+    but for a few cells' pretraining, not every cell part-way. (Stage-major proposal, before: every pretraining
+    trial, then every scratch trial.)"""
     from sptune.experiments.run import seed_rank
     from sptune.tune.engine.driver import CellsSearcher, proposal_order
     from sptune.tune.records import studies
@@ -200,8 +201,13 @@ def test_the_engine_proposes_seed_by_seed_so_a_stopped_batch_keeps_whole_seeds(t
     plan_order = [Cell(f"{model}-s{seed}", {"model": model, "seed": seed}, ()) for model in ("t", "s4")
                   for seed in (2, 1)] + [Cell("no-seed", {}, ())]
     assert [c.key for c in sorted(plan_order, key=seed_rank)] == ["t-s1", "s4-s1", "t-s2", "s4-s2", "no-seed"]
-    assert list(proposal_order(["a", "b"])) == [("a", "finetune"), ("b", "finetune"), ("a", "pretrain"),
-                                                ("a", "scratch"), ("b", "pretrain"), ("b", "scratch")]
+    finetuning = [(cell, "finetune") for cell in "abcd"]
+    assert list(proposal_order(list("abcd"), lookahead=1)) == finetuning + [
+        ("a", "pretrain"), ("b", "pretrain"), ("a", "scratch"), ("c", "pretrain"), ("b", "scratch"),
+        ("d", "pretrain"), ("c", "scratch"), ("d", "scratch")]
+    assert list(proposal_order(list("abcd"), lookahead=2)) == finetuning + [
+        ("a", "pretrain"), ("b", "pretrain"), ("c", "pretrain"), ("a", "scratch"), ("d", "pretrain"),
+        ("b", "scratch"), ("c", "scratch"), ("d", "scratch")]
     repo = Path(__file__).resolve().parents[1]
     cells = {key: tmp_path / key for key in ("t-s1", "s4-s1")}
     for path in cells.values():
@@ -210,8 +216,21 @@ def test_the_engine_proposes_seed_by_seed_so_a_stopped_batch_keeps_whole_seeds(t
     searcher = CellsSearcher(cells)
     proposed = [searcher.suggest(f"t{i}") for i in range(5)]
     assert [(p[LINEAGE_KEY]["cell"], p[LINEAGE_KEY]["stage"]) for p in proposed[:4]] == [
-        ("t-s1", "pretrain"), ("t-s1", "scratch"), ("s4-s1", "pretrain"), ("s4-s1", "scratch")]
+        ("t-s1", "pretrain"), ("s4-s1", "pretrain"), ("t-s1", "scratch"), ("s4-s1", "scratch")]
     assert proposed[4] is None  # each stage at its max_concurrent of 1: waiting, not finished
+
+
+def test_pretraining_is_proposed_as_many_cells_early_as_one_wave_of_the_clusters_slots_holds():
+    """The SPT arm is the longer chain: with 8 one-CPU slots and 2 pretraining trials a cell at once, 4 cells'
+    pretraining fill a wave; a GPU-packed trial counts slots by its scarcest resource; never less than 1."""
+    from sptune.tune.engine.driver import cells_ahead
+
+    assert cells_ahead({"CPU": 8.0}, {"CPU": 1.0}, max_concurrent=2) == 4
+    assert cells_ahead({"CPU": 2.0}, {"CPU": 1.0}, max_concurrent=2) == 1
+    assert cells_ahead({"CPU": 16.0, "GPU": 1.0}, {"CPU": 1.0, "GPU": 0.0625}, max_concurrent=4) == 4
+    assert cells_ahead({"CPU": 16.0, "GPU": 1.0}, {"CPU": 4.0, "GPU": 0.0625}, max_concurrent=4) == 1
+    assert cells_ahead({"CPU": 9.0}, {"CPU": 1.0}, max_concurrent=2) == 5  # a part-filled wave counts
+    assert cells_ahead({}, {"CPU": 1.0}, max_concurrent=2) == 1  # an autoscaler's cluster with no workers yet
 
 
 def test_pending_trials_start_in_proposal_order_so_a_cells_finetuning_does_not_wait_for_other_cells():
@@ -239,6 +258,41 @@ def test_pending_trials_start_in_proposal_order_so_a_cells_finetuning_does_not_w
     assert scheduler.choose_trial_to_run(controller) is added[3]  # then s2: pretraining before scratch
     del scheduler.rank  # a scheduler pickled before it ranked: FIFO
     assert scheduler.choose_trial_to_run(controller) is added[2]
+
+
+def test_each_groups_callbacks_see_only_their_own_groups_trials():
+    """GroupCallbacks routes every hook by the trial's (cell, stage): a stage's progress bar or tracker never
+    counts another cell's or stage's trials, on per-step hooks (one pass over the trials) and per-trial ones."""
+    from types import SimpleNamespace
+
+    from ray.tune import Callback
+
+    from sptune.tune.engine.routing import GroupCallbacks
+    from sptune.tune.trials.trainable import LINEAGE_KEY
+
+    seen = []
+
+    class Recorder(Callback):
+        def __init__(self, group):
+            self.group = group
+
+        def on_step_begin(self, iteration, trials, **info):
+            seen.append(("step", self.group, sorted(t.name for t in trials)))
+
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            seen.append(("result", self.group, sorted(t.name for t in trials), trial.name))
+
+    def trial(name, cell, stage):
+        return SimpleNamespace(name=name, config={LINEAGE_KEY: {"study_dir": f"/x/{cell}", "stage": stage}})
+
+    trials = [trial("a1", "a", "pretrain"), trial("b1", "b", "pretrain"), trial("a2", "a", "scratch"),
+              trial("a3", "a", "pretrain")]
+    callbacks = GroupCallbacks(lambda group: [Recorder(group)], [("/x/a", "pretrain"), ("/x/b", "pretrain")])
+    callbacks.on_step_begin(0, trials)
+    assert seen == [("step", ("/x/a", "pretrain"), ["a1", "a3"]), ("step", ("/x/b", "pretrain"), ["b1"])]
+    seen.clear()
+    callbacks.on_trial_result(1, trials, trials[2], result={})  # a group made on its first trial's hook
+    assert seen == [("result", ("/x/a", "scratch"), ["a2"], "a2")]
 
 
 # ----------------------------------------------------------------------------- reports

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import pickle
 import time
@@ -63,10 +64,11 @@ class CellsSearcher(Searcher):
     """The composite searcher over `cell_dirs` ({cell key: study directory with its study.json}); `stop_key`
     names the run's stopping event (stopping), `stages` the stages this run may propose."""
 
-    def __init__(self, cell_dirs: dict[str, Path], stop_key: str = "", stages: tuple[str, ...] = STAGES) -> None:
+    def __init__(self, cell_dirs: dict[str, Path], stop_key: str = "", stages: tuple[str, ...] = STAGES,
+                 lookahead: int = 1) -> None:
         super().__init__(metric=search.METRIC, mode=search.MODE)
         self.cell_dirs = {key: str(path) for key, path in cell_dirs.items()}
-        self.stop_key, self.stages = stop_key, tuple(stages)
+        self.stop_key, self.stages, self.lookahead = stop_key, tuple(stages), lookahead
         self.subs: dict[str, Any] = {}  # "<cell>/<stage>" -> its limited Optuna searcher
         self.exhausted: set[str] = set()  # sub-searchers that proposed all their trials or said FINISHED
         self.remaining: dict[str, int] = {}  # trials a sub-searcher may still propose (the stage's count)
@@ -81,7 +83,7 @@ class CellsSearcher(Searcher):
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         waiting = False
-        for cell, stage in proposal_order(list(self.cell_dirs)):
+        for cell, stage in proposal_order(list(self.cell_dirs), getattr(self, "lookahead", 1)):
             outcome = self._suggest_from(cell, stage, trial_id)
             if isinstance(outcome, dict):
                 return outcome
@@ -219,12 +221,26 @@ class CellsSearcher(Searcher):
             sub.searcher.reopen_journal()  # trials asked after the snapshot go back to the queue
 
 
-def proposal_order(cells: list[str]) -> Iterator[tuple[str, str]]:
+def proposal_order(cells: list[str], lookahead: int = 1) -> Iterator[tuple[str, str]]:
     """Every cell's finetuning first (it ends a cell), then cell by cell in the given order (run_cells: seed
-    by seed). So the cells finish one after another, and a batch stopped part-way (a time budget, a session
-    that ends) keeps whole cells, and whole seeds, rather than every cell part-way."""
+    by seed), each cell's pretraining `lookahead` cells early (cells_ahead). So the cells finish one after
+    another, and a batch stopped part-way (a time budget, a session that ends) keeps whole cells, and whole
+    seeds, but for the pretraining of the next `lookahead` cells, rather than every cell part-way."""
     yield from ((cell, PRIORITY[0]) for cell in cells)
-    yield from ((cell, stage) for cell in cells for stage in PRIORITY[1:])
+    places = {(cell, stage): (index - lookahead if stage == "pretrain" else index, PRIORITY.index(stage))
+              for index, cell in enumerate(cells) for stage in PRIORITY[1:]}
+    yield from sorted(places, key=places.get)
+
+
+def cells_ahead(cluster: dict[str, float], request: dict[str, float], max_concurrent: int) -> int:
+    """How many cells early a cell's pretraining is proposed: as many cells as one wave of the cluster's trial
+    slots holds pretraining trials (at least 1). The SPT arm is a cell's longer chain (pretraining, then
+    finetuning); proposed strictly cell by cell, the last cells' finetuning ran alone at the end of a run while
+    the other slots sat idle, and a one-cell lead still left it there whenever Tune started a trial out of
+    order (docs/experiments.md, "Measured"). `cluster`: ray.cluster_resources() when the run starts (an
+    autoscaler's later nodes are not counted); `request`: one trial's resources."""
+    slots = min((int(cluster.get(kind, 0) // amount) for kind, amount in request.items() if amount > 0), default=0)
+    return max(1, math.ceil(slots / max(1, max_concurrent)))
 
 
 def start_rank(order: dict[tuple[str, str], int], trial: Any) -> int:
@@ -312,6 +328,7 @@ def run_cells(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callab
     (the main) thread. Every cell directory must already hold its study.json (studies.create). `stages`
     limits what this run proposes (a test running one stage's search). Raises interrupts.Interrupted when a
     signal stopped the run (its trials continue on a resume); a time budget ends it cleanly."""
+    import ray
     from ray import tune as ray_tune
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
@@ -332,9 +349,11 @@ def run_cells(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callab
         tuner = ray_tune.Tuner.restore(str(storage / name), fn, resume_unfinished=True, resume_errored=True)
     else:
         groups = [(str(Path(path)), stage) for path in cell_dirs.values() for stage in stages]
-        order = {pair: index for index, pair in enumerate(proposal_order(list(cell_dirs)))}
+        lookahead = cells_ahead(ray.cluster_resources(), next(iter(placement.values())),
+                                next(iter(states.values())).options.max_concurrent)
+        order = {pair: index for index, pair in enumerate(proposal_order(list(cell_dirs), lookahead))}
         tuner = ray_tune.Tuner(fn, tune_config=ray_tune.TuneConfig(
-            search_alg=CellsSearcher(cell_dirs, stop_key, stages), num_samples=total_trials(bounds),
+            search_alg=CellsSearcher(cell_dirs, stop_key, stages, lookahead), num_samples=total_trials(bounds),
             scheduler=GroupScheduler(group_scheduler, partial(start_rank, order)), reuse_actors=True,
             trial_dirname_creator=_trial_name, trial_name_creator=_trial_name),
             run_config=ray_tune.RunConfig(

@@ -10,7 +10,6 @@ driver.CellsSearcher routes its searchers.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Callable
 
 from ray.tune import Callback
@@ -23,8 +22,19 @@ Group = tuple[str, str]  # (the cell's study directory, the stage)
 
 
 def group_of(trial: Any) -> Group:
+    """The trial's (cell, stage). The engine writes study_dir as str(Path), so none is built here: Tune asks
+    for every trial's group at every step, and a Path each time cost the driver 4 of its 10 CPU-seconds in
+    benchmarks/experiment_utilization.py (docs/experiments.md)."""
     lineage = trial.config[LINEAGE_KEY]
-    return str(Path(lineage["study_dir"])), lineage["stage"]
+    return lineage["study_dir"], lineage["stage"]
+
+
+def by_group(trials: list) -> dict[Group, list]:
+    """The trials of each group, in one pass (a pass per group made each step cost groups x trials)."""
+    grouped: dict[Group, list] = {}
+    for trial in trials:
+        grouped.setdefault(group_of(trial), []).append(trial)
+    return grouped
 
 
 class GroupScheduler(FIFOScheduler):
@@ -120,23 +130,23 @@ class GroupCallbacks(Callback):
                 callback.setup(**self.setup_args)  # made after Tune's setup call: trackers need theirs
         return self.callbacks[group]
 
-    def _mine(self, group: Group, trials: list) -> list:
-        return [t for t in trials if group_of(t) == group]
-
     def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
+        grouped = by_group(trials)
         for group, callbacks in list(self.callbacks.items()):
             for callback in callbacks:
-                callback.on_step_begin(iteration, self._mine(group, trials), **info)
+                callback.on_step_begin(iteration, grouped.get(group, []), **info)
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
+        grouped = by_group(trials)
         for group, callbacks in list(self.callbacks.items()):
             for callback in callbacks:
-                callback.on_experiment_end(self._mine(group, trials), **info)
+                callback.on_experiment_end(grouped.get(group, []), **info)
 
     def _route(self, hook: str, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         group = group_of(trial)
+        mine = [t for t in trials if group_of(t) == group]
         for callback in self._for(group):
-            getattr(callback, hook)(iteration, self._mine(group, trials), trial, **info)
+            getattr(callback, hook)(iteration, mine, trial, **info)
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._route("on_trial_start", iteration, trials, trial, **info)
