@@ -156,10 +156,12 @@ def test_sptune_report_reads_a_record_without_rewriting_it_and_pools_several(tmp
     assert capsys.readouterr().err.count("\n") == 1  # one line, no traceback
 
 
-def test_the_readme_confirmation_figures_are_what_its_kept_records_pool_to():
-    """The README's decision on the declared confirmation quotes the pooled report of docs/records: the
+@pytest.mark.parametrize("decision", ["**The decision, at the declared 20 seeds**",
+                                      "**The rotary decision, at the declared 20 seeds**"])
+def test_the_readme_confirmation_figures_are_what_its_kept_records_pool_to(decision):
+    """The README's decision on each declared confirmation quotes the pooled report of docs/records: the
     command it shows, run on the committed records, prints the figures it states."""
-    text = (REPO / "README.md").read_text().split("**The decision, at the declared 20 seeds**", 1)[1].replace("−", "-")
+    text = (REPO / "README.md").read_text().split(decision, 1)[1].replace("−", "-")
     command = re.search(r"```bash\nsptune report ([^\n`]+)\n```", text).group(1).split()
     lines = "\n".join(pool.pooled([REPO / d for d in command]))
     n = re.search(r"On these (\d+) seeds", text).group(1)
