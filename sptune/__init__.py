@@ -4,7 +4,9 @@ Amos, Berant, Gupta. "Never Train from Scratch: Fair Comparison of Long-Sequence
 Requires Data-Driven Priors." ICLR 2024.
 
 The Python API (sptune.api; imported on first use, so `import sptune` stays light):
-run_study, resume_study, load_results, load_history.
+run_study, resume_study, load_results, load_history, and evaluate (a researcher's layer against the
+baselines, scratch and self-pretrained). register_model / register_task name code from outside sptune
+(sptune.plugins).
 """
 
 from sptune import cpu_kernels
@@ -12,10 +14,16 @@ from sptune import cpu_kernels
 cpu_kernels.pin()  # before any model runs: oneDNN's kernels the same on every x86 CPU with AVX2 (sptune.cpu_kernels)
 
 __version__ = "0.1.0"
-__all__ = ["run_study", "resume_study", "load_results", "load_history"]
+__all__ = ["run_study", "resume_study", "load_results", "load_history", "evaluate", "register_model",
+           "register_task"]
+PLUGINS = ("register_model", "register_task")
 
 
 def __getattr__(name: str):
+    if name in PLUGINS:
+        from sptune import plugins
+
+        return getattr(plugins, name)
     if name in __all__:
         from sptune import api
 

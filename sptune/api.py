@@ -66,10 +66,17 @@ def run_study(config: str | Path, overrides: Sequence[str] = (), dir: str | Path
         state = studies.create(str(config), list(overrides), study_dir, space, options)
         header = [f"study {state.dir}: search space {state.space['path']}, up to "
                   f"{state.options.num_samples} trials per stage, {state.options.max_concurrent} at once",
-                  studies.describe_path(state.options)]
+                  studies.describe_path(state.options), *task_lines(state.stages["scratch"]["task"])]
     if storage is not None:
         header.append(f"mirrored to {durable.attach(study_dir.resolve(), storage)}")
     return _run(study_dir.resolve(), address, output, header, time_budget_s=options.time_budget_s)
+
+
+def task_lines(task: dict[str, Any]) -> list[str]:
+    """A files task's inferred settings (sptune.tasks.files.describe): the run says what it read."""
+    from sptune.experiments.evaluate import task_lines as described
+
+    return described(task["name"], task.get("path", ""))
 
 
 def resume_study(study_dir: str | Path, *, address: str | None = None, output: str = "progress",
@@ -92,6 +99,32 @@ def resume_study(study_dir: str | Path, *, address: str | None = None, output: s
         done = [p for p in state.stage_status if state.stage_done(p)]
     return _run(study_dir, address, output, [f"resuming {study_dir}" + (f" (done: {', '.join(done)})" if done
                                                                          else "")], retry_failed, time_budget_s)
+
+
+def evaluate(model: str, task: str, baselines: Sequence[str] | None = None, seeds: Sequence[int] | None = None,
+             overrides: Sequence[str] = (), dir: str | Path | None = None, *, task_path: str = "",
+             smoke: bool = False, compute_tied: bool = False, backend: str | None = None,
+             options: "Options | None" = None, address: str | None = None, **option_values: Any):
+    """`sptune evaluate` from Python: `model` (a built-in layer, a registered or entry-point name, or
+    "package.module:factory") against `baselines` (default transformer and s4d-legs) on `task`, each scratch and
+    self-pretrained with the same grid and budget per arm, as one experiment; returns the architecture table
+    as a pandas DataFrame (sptune.experiments.architectures.frame: scratch, SPT, SPT gain, each gap and its
+    change, with paired 95% intervals over `seeds`). `dir` defaults to runs/evaluate/<model>-<task>[-smoke];
+    rerunning resumes it. `backend`: "tune" (default) or "plain" (default with `smoke`: no search)."""
+    from sptune import registry
+    from sptune.experiments import architectures, evaluate as comparison, report
+    from sptune.experiments.run import run_experiment
+    from sptune.tune.options import with_values
+
+    options = with_values(options, option_values)
+    plan = comparison.build_plan(model, task, baselines or comparison.DEFAULT_BASELINES, list(seeds or [0]),
+                                 list(overrides), task_path, smoke=smoke, compute_tied=compute_tied)
+    plan.smoke, plan.backend = smoke, backend or ("plain" if smoke else "tune")
+    name = f"{registry.slug(model)}-{task}{'-smoke' if smoke else ''}"
+    experiment_dir = Path(dir) if dir else Path("runs") / "evaluate" / name
+    run_experiment(experiment_dir, plan, options, address)
+    out = report.write(experiment_dir)
+    return architectures.frame(out["arm_rows"], plan.layout["architectures"])
 
 
 def _check_output(output: str) -> None:

@@ -119,10 +119,10 @@ def model_flops(cfg_key: str, stage: str) -> Any:
     from sptune import flops, runs, train
     from sptune.build import build_pretrain_model, build_task_model
     from sptune.data import step_draw
-    from sptune.registry import get_task
+    from sptune.registry import task_of
 
     cfg = from_dict(json.loads(cfg_key))
-    task = get_task(cfg.task.name)
+    task = task_of(cfg.task)
     cfg = runs.resolve(cfg, task, stage)
     example = random_split(task, 1)
     x, lengths = example.inputs, example.lengths
@@ -185,7 +185,8 @@ def stage_budget(resolved: dict[str, Any], stage: str, trials: int, points: list
                  cell: str = "") -> StageBudget:
     """`trials` trials of a resolved stage config, each costing the mean over `points` (the grid's shapes)."""
     precision = resolved["run"]["precision"]
-    sizes = split_sizes(resolved["task"]["name"], resolved["task"]["data_dir"], resolved["run"]["seed"])
+    sizes = split_sizes(resolved["task"]["name"], resolved["task"]["data_dir"], resolved["run"]["seed"],
+                        resolved["task"].get("path", ""))
     if isinstance(sizes, str):
         return StageBudget(cell, stage, trials, precision, None, None, None, unknown=sizes)
     configs = [stage_config(resolved, point) for point in points]
@@ -198,12 +199,12 @@ def stage_budget(resolved: dict[str, Any], stage: str, trials: int, points: list
 
 
 @lru_cache(maxsize=None)
-def split_sizes(task: str, data_dir: str, seed: int) -> dict[str, int] | str:
+def split_sizes(task: str, data_dir: str, seed: int, path: str = "") -> dict[str, int] | str:
     """The task's split sizes, or why they are unknown (its data is not prepared here)."""
     from sptune.registry import get_task
 
     try:
-        return get_task(task).split_sizes(data_dir or None, seed)
+        return get_task(task, path).split_sizes(data_dir or None, seed)
     except UserError as exc:
         return str(exc).splitlines()[0]
 
@@ -316,10 +317,10 @@ def step_seconds(at: Callable[[int], Any], model: torch.nn.Module, trained: torc
 def run_at(cfg: Config, fp: Any, stage: str, device: torch.device, batch: int) -> Any:
     """train.Run of the timed config at `batch` examples a step (its run directory is never used)."""
     from sptune import train
-    from sptune.registry import get_task
+    from sptune.registry import task_of
 
     cfg = dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, batch_size=batch))
-    return train.Run(cfg, get_task(cfg.task.name), stage, Path(), fp, 0, 1, device)
+    return train.Run(cfg, task_of(cfg.task), stage, Path(), fp, 0, 1, device)
 
 
 def time_steps(run: Any, model: torch.nn.Module, trained: torch.nn.Module, seconds: float) -> tuple[int, float]:

@@ -6,6 +6,7 @@
     sptune compare  configs/listops_mini_transformer.yaml      # scratch vs SPT side by side
     sptune compare  configs/pathfinder_tiny_transformer.yaml --seeds 0 1 2   # per seed + paired gain, 95% CI
     sptune doctor   [--address auto]   # can this node (every Ray node) train? backends, versions, tokens/s
+    sptune evaluate --model my_layers:make_layer --task ucr-osuleaf --seeds 0 1 2   # your layer vs the baselines
 
 User mistakes (bad values, unknown names, missing data) print one line and exit with code 2.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 from sptune.errors import UserError
@@ -124,16 +126,31 @@ def compare_table(results: dict[str, dict[str, Any]]) -> str:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from sptune import doctor
 
+    from sptune import config, registry
+
+    registry.check_names(config.load(None, [f"model.name={args.model}"]))  # a layer's contract, before any node
     address = doctor.cluster_address(args.address)
     if address:
-        reports = doctor.check_cluster(address, seconds=args.seconds)
+        reports = doctor.check_cluster(address, seconds=args.seconds, model=args.model)
     else:
-        reports = [doctor.check_node(seconds=args.seconds)]
+        reports = [doctor.check_node(seconds=args.seconds, model=args.model)]
     print("\n".join(doctor.format_report(r) for r in reports))
     if address:
         able = sum(r["can_train"] for r in reports)
         print(f"{able} of {len(reports)} node(s) can train")
     return 0 if reports and all(r["can_train"] for r in reports) else 1
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    """`sptune evaluate ...`: the experiment command line (sptune.experiments_cli) over sptune.experiments.evaluate;
+    its directory runs/evaluate/<model>-<task>[-smoke] unless --dir names one."""
+    from sptune import experiments_cli, registry
+    from sptune.experiments import evaluate
+
+    known, _ = evaluate.name_parser().parse_known_args(args.arguments)
+    name = f"{registry.slug(known.model or 'model')}-{known.task or 'task'}"
+    return experiments_cli.main(name, evaluate.build, evaluate.__doc__, args.arguments, extra=evaluate.add_flags,
+                                root=Path("runs") / "evaluate", prog="sptune evaluate")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -168,7 +185,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Ray cluster to check node by node ('auto' = the running one); default: RAY_ADDRESS, "
                         "else this machine only")
     p.add_argument("--seconds", type=float, default=2.0, help="length of the throughput measurement")
+    p.add_argument("--model", default="transformer",
+                   help="the model whose training throughput is measured (a built-in layer, an entry-point name or "
+                        "package.module:factory: it must import on every node)")
     p.set_defaults(func=cmd_doctor)
+    evaluate_help = ("does your architecture still win once everyone is self-pretrained? --model (a built-in layer, "
+                     "an entry-point name or package.module:factory) against --baselines on --task, scratch vs SPT "
+                     "with the same grid and budget per arm; `sptune evaluate --help` for its flags")
+    p = sub.add_parser("evaluate", help=evaluate_help, description=evaluate_help, add_help=False)
+    p.add_argument("arguments", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_evaluate)
     from sptune import data_cli, experiments_cli, study_cli
 
     data_cli.register(sub)  # data list | verify | prepare
@@ -178,6 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["evaluate"]:  # its own command line (flags before and after the overrides), not argparse's here
+        return cmd_evaluate(argparse.Namespace(arguments=argv[1:]))
     parser = build_parser()
     # Overrides may come after options (`finetune cfg --from run optim.lr=1e-4`): argparse leaves
     # those unparsed, so collect every leftover that looks like section.field=value.

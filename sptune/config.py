@@ -31,11 +31,14 @@ class TaskConfig:
     # folds; fold `val_fold` validates and the rest trains. 0: the task's own validation split.
     val_folds: int = 0
     val_fold: int = 0
+    path: str = ""  # task.name=files: the directory holding train / val / test (sptune.tasks.files)
 
 
 @dataclass
 class ModelConfig:
-    name: str = "transformer"  # a key of sptune.registry.MODELS
+    # A built-in layer (sptune.registry.MODELS), a registered or entry-point name, or an import path
+    # "package.module:factory" (sptune.plugins): any sequence layer inside the same backbone.
+    name: str = "transformer"
     d_model: int = 64
     n_layers: int = 2
     d_ff: int = 128  # feed-forward width of each block; 0 = no feed-forward sub-layer (S4 style)
@@ -58,6 +61,9 @@ class ModelConfig:
     dt_min: float = 1e-3
     dt_max: float = 1e-1
     kernel_backend: str = "auto"  # "auto" | "keops" | "torch"
+    # A layer from outside sptune: its own keyword arguments, factory(d_model=..., causal=..., **options).
+    # Searched and overridden like any field: model.options.d_state=64, `model.options.d_state: [32, 64]`.
+    options: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -153,6 +159,10 @@ def _coerce(path: str, value: Any, kind: Any) -> Any:
             return float(value)
         if kind is str:
             return str(value)
+        if kind is dict:
+            if not isinstance(value, dict):
+                raise ValueError
+            return dict(value)
         if kind == tuple[float, float]:
             items = yaml.safe_load(value) if isinstance(value, str) else value
             a, b = (float(v) for v in items)
@@ -169,6 +179,10 @@ def _apply(section: Any, section_name: str, values: dict[str, Any]) -> None:
     hints = get_type_hints(type(section))
     known = {f.name for f in fields(section)}
     for key, value in values.items():
+        field_name, dot, option = key.partition(".")
+        if dot and field_name in known and hints[field_name] is dict and option:  # model.options.d_state=64
+            getattr(section, field_name)[option] = value
+            continue
         if key not in known:
             raise UserError(f"unknown config field {section_name}.{key}; allowed: {', '.join(sorted(known))}")
         setattr(section, key, _coerce(f"{section_name}.{key}", value, hints[key]))
@@ -186,21 +200,25 @@ def from_dict(data: dict[str, Any] | None) -> Config:
 
 
 STAGES = ("pretrain", "finetune", "scratch")  # the one list of stages, in the order a study runs them
+MAPPING_FIELDS = ("options",)  # fields holding a mapping, set key by key (model.options.<key>)
 
 
 def parse_overrides(overrides: list[str], stage: str | None = None) -> dict[str, dict[str, Any]]:
     """`optim.lr=5e-4 model.name=s4` -> {"optim": {"lr": 5e-4}, "model": {"name": "s4"}}.
 
-    A stage prefix applies to that stage only: `pretrain.optim.lr=1e-3` (used by `sptune compare`).
+    A stage prefix applies to that stage only: `pretrain.optim.lr=1e-3` (used by `sptune compare`). A mapping
+    field takes its keys one at a time: `model.options.d_state=64` -> {"model": {"options.d_state": 64}}.
     """
     nested: dict[str, dict[str, Any]] = {}
     for item in overrides:
         key, sep, value = item.partition("=")
         parts = key.split(".")
-        if parts[0] in STAGES and len(parts) == 3:
+        if parts[0] in STAGES and len(parts) >= 3:
             if parts[0] != stage:
                 continue
             parts = parts[1:]
+        if len(parts) == 3 and parts[1] in MAPPING_FIELDS:
+            parts = [parts[0], f"{parts[1]}.{parts[2]}"]
         if not sep or len(parts) != 2 or not all(parts):
             raise UserError(f"override '{item}' is not of the form section.field=value (e.g. optim.lr=5e-4)")
         nested.setdefault(parts[0], {})[parts[1]] = yaml.safe_load(value) if value else ""

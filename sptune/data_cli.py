@@ -1,5 +1,9 @@
-"""`sptune data list | verify <task> | prepare <task> --from <source>`: where each task's data
+"""`sptune data list | verify <task|DIR> | prepare <task> --from <source>`: where each task's data
 lives, whether it is intact, and how to put it there.
+
+`verify DIR` checks a directory of the researcher's own files (the `files` task, task.path=DIR;
+sptune.tasks.files) instead of a registered task: an argument with a path separator, or a directory
+that is not also a task name, is such a directory.
 
 Exit codes of the subcommands: 0 ok, 1 `verify` found problems, 2 usage errors (a UserError, which
 the CLI prints on one line).
@@ -8,9 +12,11 @@ the CLI prints on one line).
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from sptune.errors import UserError
+from sptune.tasks import files as files_task
 from sptune.tasks.base import Task
 
 
@@ -101,7 +107,31 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def is_files_dir(arg: str) -> bool:
+    """Whether `verify` reads `arg` as a files-task directory rather than a task name: it has a path
+    separator, or is an existing directory (a registered task name wins over a same-named directory in
+    the working directory)."""
+    if any(sep and sep in arg for sep in (os.sep, os.altsep)):
+        return True
+    return Path(arg).expanduser().is_dir() and arg not in _registry()
+
+
+def verify_files_dir(path: str) -> int:
+    """Print every problem with the files in `path` (exit code 1), or `DIR: ok` and what was inferred (0)."""
+    try:
+        task = files_task.load_files_task(path)
+    except UserError as error:  # load_files_task names only the first problem: list them all
+        for problem in files_task.verify_dir(path) or [str(error)]:
+            print(problem)
+        return 1
+    print(f"{task.data_subdir}: ok")
+    print(files_task.describe(task))
+    return 0
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
+    if is_files_dir(args.task):
+        return verify_files_dir(args.task)
     problems = verify_task(args.task)
     for problem in problems:
         print(problem)
@@ -125,8 +155,12 @@ def register(subparsers) -> None:
     commands = data.add_subparsers(dest="data_command", metavar="{list,verify,prepare}", required=True)
     commands.add_parser("list", help="every task, where its data is and whether it is present").set_defaults(
         func=_cmd_list)
-    verify = commands.add_parser("verify", help="check a task's files (exit 1 if any is missing or malformed)")
-    verify.add_argument("task")
+    verify = commands.add_parser("verify", help="check a task's files, or a directory of your own files "
+                                                "(exit 1 if any is missing or malformed)")
+    verify.add_argument("task", metavar="TASK|DIR",
+                        help="a registered task name, or a directory of your own data (task.name=files "
+                             "task.path=DIR): train/test (+ val) as .npz, parquet or a datasets save_to_disk "
+                             "directory, with inputs, targets and optional lengths")
     verify.set_defaults(func=_cmd_verify)
     prepare = commands.add_parser("prepare", help="unpack or convert downloaded data into the expected layout")
     prepare.add_argument("task")

@@ -156,15 +156,17 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:200] if text else ""
 
 
-def measure_throughput(device: torch.device, seconds: float = THROUGHPUT_SECONDS) -> dict[str, Any]:
-    """Training tokens/s of a small Transformer (random tokens, AdamW, fp32) over about `seconds`."""
+def measure_throughput(device: torch.device, seconds: float = THROUGHPUT_SECONDS,
+                       model_name: str = "transformer") -> dict[str, Any]:
+    """Training tokens/s of a small model (random tokens, AdamW, fp32) over about `seconds`: the Transformer, or
+    `model_name` (any model name: a researcher's layer in the same backbone)."""
     from sptune import config
     from sptune.build import build_task_model
     from sptune.registry import get_task
     from sptune.train import make_optimizer
 
     try:
-        cfg = config.load(None, THROUGHPUT_MODEL)
+        cfg = config.load(None, THROUGHPUT_MODEL + [f"model.name={model_name}"])
         batch, length = THROUGHPUT_SHAPE["cuda" if device.type == "cuda" else "cpu"]
         task = dataclasses.replace(get_task("listops-mini"), seq_len=length)
         torch.manual_seed(0)
@@ -192,7 +194,7 @@ def measure_throughput(device: torch.device, seconds: float = THROUGHPUT_SECONDS
     except Exception as exc:  # noqa: BLE001 - reported: this node cannot train
         return {"ok": False, "detail": f"training failed: {type(exc).__name__}: {first_line(exc)}"}
     return {"ok": True, "tokens_per_s": steps * batch * length / elapsed, "steps": steps, "seconds": elapsed,
-            "detail": f"Transformer d_model 128, 2 layers, batch {batch} x {length} tokens, fp32"}
+            "detail": f"{model_name} d_model 128, 2 layers, batch {batch} x {length} tokens, fp32"}
 
 
 def synchronize(device: torch.device) -> None:
@@ -200,14 +202,14 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def check_node(seconds: float = THROUGHPUT_SECONDS) -> dict[str, Any]:
-    """This process's node: versions, device, backends, throughput and the verdict `can_train`."""
+def check_node(seconds: float = THROUGHPUT_SECONDS, model: str = "transformer") -> dict[str, Any]:
+    """This process's node: versions, device, backends, throughput (of `model`) and the verdict `can_train`."""
     if not seconds > 0:
         raise UserError(f"throughput seconds={seconds} must be > 0; pass e.g. --seconds 2")
     device = device_of()
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # the caller's RNG untouched
         backends = [check_backend(name, device) for name in BACKENDS]
-        throughput = measure_throughput(device, seconds)
+        throughput = measure_throughput(device, seconds, model)
     can_train = any(b["ok"] is True for b in backends) and throughput["ok"]
     return {"host": socket.gethostname(), "python": platform.python_version(), "torch": torch.__version__,
             "cuda": torch.version.cuda, "device": describe_device(device), "backends": backends,
@@ -215,17 +217,17 @@ def check_node(seconds: float = THROUGHPUT_SECONDS) -> dict[str, Any]:
 
 
 def check_cluster(address: str, seconds: float = THROUGHPUT_SECONDS,
-                  timeout_s: float = NODE_TIMEOUT_S) -> list[dict[str, Any]]:
+                  timeout_s: float = NODE_TIMEOUT_S, model: str = "transformer") -> list[dict[str, Any]]:
     """check_node on every alive node with a CPU of the Ray cluster at `address`, by a task pinned to each
     node (with one of its GPUs, if it has any, so the task sees a CUDA device as a training worker would).
     Ray is joined and left through sptune.tune.engine.session, as every other entry point does."""
     from sptune.tune.engine.session import joined_cluster
 
     with joined_cluster(address):
-        return _check_nodes(seconds, timeout_s)
+        return _check_nodes(seconds, timeout_s, model)
 
 
-def _check_nodes(seconds: float, timeout_s: float) -> list[dict[str, Any]]:
+def _check_nodes(seconds: float, timeout_s: float, model: str) -> list[dict[str, Any]]:
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -237,7 +239,7 @@ def _check_nodes(seconds: float, timeout_s: float) -> list[dict[str, Any]]:
         gpus = 1 if node.get("Resources", {}).get("GPU", 0) >= 1 else 0
         strategy = NodeAffinitySchedulingStrategy(node_id=node["NodeID"], soft=False)
         pending[node["NodeID"]] = (node, remote.options(num_cpus=1, num_gpus=gpus, scheduling_strategy=strategy,
-                                                        max_retries=0).remote(seconds))
+                                                        max_retries=0).remote(seconds, model))
     reports = []
     deadline = time.monotonic() + timeout_s
     for node_id, (node, ref) in pending.items():

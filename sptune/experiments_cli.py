@@ -33,8 +33,9 @@ from sptune.tune import options as search_options
 # ----------------------------------------------------------------------------- the scripts in studies/
 def parse_args(description: str, argv: list[str] | None = None,
                extra: Callable[[argparse.ArgumentParser], None] | None = None,
-               selection_seeds: tuple[int, ...] = FIRST_SELECTION_SEEDS) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+               selection_seeds: tuple[int, ...] = FIRST_SELECTION_SEEDS, prog: str | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=prog, description=description,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke-test", action="store_true",
                         help="the whole experiment on the embedded tasks with tiny models (minutes on 2 CPU cores)")
     parser.add_argument("--dir", help="experiment directory (default: runs/experiments/<experiment>[-smoke])")
@@ -42,7 +43,7 @@ def parse_args(description: str, argv: list[str] | None = None,
                         help="tune: each cell a study, Ray Tune + Optuna search per stage (default); plain: the "
                              "paper's values, no search (default with --smoke-test)")
     seeds = parser.add_mutually_exclusive_group()
-    seeds.add_argument("--seeds", type=int, nargs="+", help="training seeds (an axis of every experiment)")
+    seeds.add_argument("--seeds", nargs="+", help="training seeds (an axis of every experiment)")
     seeds.add_argument("--fresh-seeds", type=int, metavar="N",
                        help="N seeds that chose nothing: the N seeds after every seed this experiment's settings "
                             f"were chosen on (selection seeds {', '.join(map(str, selection_seeds))}), to confirm")
@@ -55,10 +56,26 @@ def parse_args(description: str, argv: list[str] | None = None,
     if extra is not None:
         extra(parser)
     args = parser.parse_args(argv)
+    if args.seeds:
+        args.seeds = seed_list(parser, args)
     args.backend = args.backend or ("plain" if args.smoke_test else "tune")
     if args.fresh_seeds is not None:
         args.seeds = fresh_seeds(args.fresh_seeds, selection_seeds)
     return args
+
+
+def seed_list(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[int]:
+    """--seeds as integers; `--seeds 0 1 optim.lr=1e-3` ends where the section.field=value overrides begin
+    (for a command line that takes them)."""
+    overrides = [item for item in args.seeds if "=" in item]
+    if overrides and not hasattr(args, "overrides"):
+        parser.error(f"unrecognized arguments: {' '.join(overrides)}")
+    if overrides:
+        args.overrides = [*args.overrides, *overrides]
+    values = [item for item in args.seeds if "=" not in item]
+    if not values or any(not v.lstrip("-").isdigit() for v in values):
+        parser.error(f"argument --seeds: takes integers, got {' '.join(values) or 'none'}")
+    return [int(v) for v in values]
 
 
 def fresh_seeds(count: int, selection_seeds: tuple[int, ...]) -> list[int]:
@@ -70,36 +87,40 @@ def fresh_seeds(count: int, selection_seeds: tuple[int, ...]) -> list[int]:
     return list(range(first, first + count))
 
 
-def default_dir(experiment: str, args: argparse.Namespace) -> Path:
-    """runs/experiments/<experiment>[-smoke|-cpu[-first-budget]]: a variant's grid is another experiment, in its
-    own directory (so a rerun of one never meets the other's plan)."""
+def default_dir(experiment: str, args: argparse.Namespace, root: Path = Path("runs") / "experiments") -> Path:
+    """<root>/<experiment>[-smoke|-cpu[-first-budget]] (root runs/experiments): a variant's grid is another
+    experiment, in its own directory (so a rerun of one never meets the other's plan)."""
     variant = "-smoke" if args.smoke_test else "-cpu" if getattr(args, "cpu", False) else ""
     variant += "-first-budget" if variant == "-cpu" and getattr(args, "first_budget", False) else ""
-    return Path("runs") / "experiments" / (experiment + variant)
+    return root / (experiment + variant)
 
 
 def main(experiment: str, build_plan: Callable[[argparse.Namespace], Plan], description: str,
          argv: list[str] | None = None, extra: Callable[[argparse.ArgumentParser], None] | None = None,
-         selection_seeds: tuple[int, ...] = FIRST_SELECTION_SEEDS) -> int:
-    """Entry point of every studies/*.py script: build the plan, run it, write the report. `selection_seeds`:
-    the seeds whose validation numbers chose the experiment's settings (--fresh-seeds starts after them)."""
+         selection_seeds: tuple[int, ...] = FIRST_SELECTION_SEEDS, root: Path = Path("runs") / "experiments",
+         prog: str | None = None) -> int:
+    """Entry point of every studies/*.py script and of `sptune evaluate`: build the plan, run it, write the
+    report. `selection_seeds`: the seeds whose validation numbers chose the experiment's settings (--fresh-seeds
+    starts after them); `root`: where the default directory lies."""
     from sptune.experiments import report
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     interrupts.install("python " + shlex.join(sys.argv))
     try:
-        args = parse_args(description, argv, extra, selection_seeds)
+        args = parse_args(description, argv, extra, selection_seeds, prog)
         plan = build_plan(args)
         plan.backend, plan.smoke = args.backend, args.smoke_test
         if args.plan:
             print_budget(plan, search_options.from_args(args), args)
             return 0
-        experiment_dir = Path(args.dir or default_dir(experiment, args))
+        experiment_dir = Path(args.dir or default_dir(experiment, args, root))
         log_path = experiment_dir.resolve() / files.STUDY_LOG
         # Ray, Tune and the trials print into the log; the terminal gets the cells' progress.
         with output.captured(log_path, show_trials=False) as console:
             console.line(f"{plan.title}: {len(plan.cells)} cells, backend {plan.backend} -> {experiment_dir}")
             console.line(f"log: {log_path}")
+            for line in plan.preamble:
+                console.line(line)
             if args.fresh_seeds:
                 console.line(f"--fresh-seeds {args.fresh_seeds}: seeds {args.seeds[0]}-{args.seeds[-1]}, after the "
                              f"selection seeds {', '.join(map(str, selection_seeds))}")

@@ -37,7 +37,10 @@ EXECUTION_DEFAULTS = {"optim.accumulate": 1, "run.compile": False}
 # Fields added after run directories existed, each at the default that reproduces those runs: fingerprinted
 # only when set, so the older directories (and their names) stay valid. optim.patience (early stopping) off;
 # task.val_folds 0 (the task's own validation split).
-ADDED_DEFAULTS = {"optim.patience": 0, "task.val_folds": 0, "task.val_fold": 0}
+ADDED_DEFAULTS = {"optim.patience": 0, "task.val_folds": 0, "task.val_fold": 0, "task.path": ""}
+# A layer from outside sptune is also fingerprinted by its code (sptune.plugins.source_hash): the same name
+# with edited source is another experiment, never a silent resume of the old one.
+LAYER_SOURCE = "model.source"
 # Shown in a mismatch message; the rest are counted.
 MAX_LISTED = 6
 
@@ -73,8 +76,22 @@ def config_fields(cfg: Config) -> dict[str, Any]:
     flat = {k: v for k, v in flat.items()
             if k not in EXECUTION_DEFAULTS or (v != EXECUTION_DEFAULTS[k] and changes_numbers[k])}
     flat = {k: v for k, v in flat.items() if k not in ADDED_DEFAULTS or v != ADDED_DEFAULTS[k]}
+    if not layer_source(cfg.model.name):  # a built-in layer takes no options: its directories predate them
+        flat.pop("model.options", None)
+    flat.update(layer_source(cfg.model.name))
     # Through JSON, so a fresh fingerprint compares equal to one read back from fingerprint.json (tuples).
     return json.loads(json.dumps({k: v for k, v in flat.items() if k not in BOOKKEEPING}))
+
+
+def layer_source(model_name: str) -> dict[str, str]:
+    """{model.source: hash of the layer's code} for a layer from outside sptune; {} for a built-in one, whose
+    code is sptune's own (versioned with it)."""
+    from sptune import plugins, registry
+
+    if registry.is_builtin_model(model_name):
+        return {}
+    origin = plugins.origin(registry.get_model(model_name).factory)
+    return {LAYER_SOURCE: origin["source_sha"]} if origin["source_sha"] else {}
 
 
 def recorded(run_dir: Path) -> Fingerprint | None:

@@ -1,7 +1,7 @@
 """Where a run trained, written into its result.json: the device (with its name), the precision, the kernels
 its layers actually use, and the library versions. A figure read months later, or beside another node's, needs
 them: the same config runs different kernels on a CPU and on a GPU (flash-attn, pykeops), and the numbers
-differ with them (issue 29)."""
+differ with them."""
 
 from __future__ import annotations
 
@@ -57,9 +57,20 @@ def version(package: str) -> str | None:
         return None
 
 
-def of_run(model: nn.Module, device: torch.device, precision: str) -> dict[str, Any]:
-    """result.json's `provenance`."""
-    return {"device": device.type, "device_name": describe_device(device), "precision": precision,
-            "kernels": kernels(model, device, precision), "python": platform.python_version(),
-            "torch": torch.__version__, "cuda": torch.version.cuda, "ray": version("ray"),
-            "sptune": version("sptune")}
+def of_run(model: nn.Module, device: torch.device, precision: str, model_name: str = "") -> dict[str, Any]:
+    """result.json's `provenance`; `layer` for a layer from outside sptune: its import path, package, version
+    and source hash (sptune.plugins.origin)."""
+    out = {"device": device.type, "device_name": describe_device(device), "precision": precision,
+           "kernels": kernels(model, device, precision), "python": platform.python_version(),
+           "torch": torch.__version__, "cuda": torch.version.cuda, "ray": version("ray"),
+           "sptune": version("sptune")}
+    layer = layer_origin(model_name)
+    return {**out, "layer": layer} if layer else out
+
+
+def layer_origin(model_name: str) -> dict[str, Any] | None:
+    from sptune import plugins, registry
+
+    if not model_name or registry.is_builtin_model(model_name):
+        return None
+    return plugins.origin(registry.get_model(model_name).factory)

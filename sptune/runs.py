@@ -21,7 +21,7 @@ from sptune import files, fingerprint
 from sptune.config import Config, ModelConfig, ObjectiveConfig, check_causal_norm, dump
 from sptune.config import load as load_config
 from sptune.errors import UserError
-from sptune.registry import get_task
+from sptune.registry import slug, task_of
 from sptune.tasks.base import Task
 
 log = logging.getLogger("sptune.train")
@@ -82,7 +82,7 @@ def inherited(mine: ModelConfig, pre_model: ModelConfig, pre_objective: Objectiv
 
 def identify(cfg: Config, stage: str, init_from: Path | None = None) -> tuple[Config, fingerprint.Fingerprint]:
     """The resolved config and its fingerprint: what a run directory holds and is named after."""
-    cfg = resolve(cfg, get_task(cfg.task.name), stage, init_from)
+    cfg = resolve(cfg, task_of(cfg.task), stage, init_from)
     return cfg, fingerprint.of(cfg, stage, pretrain_dir(init_from) if init_from is not None else None)
 
 
@@ -98,7 +98,7 @@ def pretrain_dir(path: Path) -> Path:
 
 def run_dir_of(cfg: Config, stage: str, fp: fingerprint.Fingerprint) -> Path:
     """run.name, else `<stage>-<task>-<model>-s<seed>-<6 hex of the fingerprint>`: one directory per config."""
-    name = cfg.run.name or f"{stage}-{cfg.task.name}-{cfg.model.name}-s{cfg.run.seed}-{fp.short}"
+    name = cfg.run.name or f"{stage}-{cfg.task.name}-{slug(cfg.model.name)}-s{cfg.run.seed}-{fp.short}"
     return Path(cfg.run.out_dir) / name
 
 

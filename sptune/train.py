@@ -35,7 +35,7 @@ from sptune.errors import UserError
 from sptune.folds import cross_validation
 from sptune.models.backbone import SequenceModel, drop_mask_channel
 from sptune.objectives import Denoising, MaskDraw, Metric, causal_denoising, denoising_loss, masked_denoising
-from sptune.registry import check_names, get_task
+from sptune.registry import check_names, task_of
 from sptune.runs import claim, identify, pretrain_dir, run_dir_of
 from sptune.tasks.base import Split, Task
 from sptune.train_setup import (autocast, distributed_rank, make_optimizer, make_progress, make_schedule, make_writer,
@@ -136,7 +136,8 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
                               "run_dir": str(run.run_dir), "metric": stage_metric_name(cfg.objective, run.task, stage),
                               "n_params": count_parameters(model),
                               "init_from": str(pretrain_dir(init_from)) if init_from else None,
-                              "provenance": provenance.of_run(model, run.device, cfg.run.precision)}
+                              "provenance": provenance.of_run(model, run.device, cfg.run.precision,
+                                                                cfg.model.name)}
     end = dict(state=state, cost=cost, world=run.world, accumulate=cfg.optim.accumulate, run_dir=run.run_dir,
                max_steps=max_steps, write=run.main_rank)  # what finish() needs
 
@@ -178,7 +179,7 @@ class Run:
 
 def set_up(cfg: Config, stage: str, init_from: Path | None, run_dir: Path | None, restart: bool,
            train_device: torch.device | None) -> Run:
-    task = get_task(check_names(cfg).task.name)
+    task = task_of(check_names(cfg).task)
     cfg, fp = identify(cfg, stage, init_from)
     run_dir = Path(run_dir) if run_dir else run_dir_of(cfg, stage, fp)
     if not restart:

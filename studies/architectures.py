@@ -39,10 +39,9 @@ from __future__ import annotations
 
 import sys
 
-from sptune.config import STAGES, load as load_config
+from sptune.experiments import evaluate, settings
+from sptune.experiments.plan import Plan
 from sptune.experiments_cli import main
-from sptune.experiments import settings
-from sptune.experiments.plan import Cell, Plan
 
 EXPERIMENT = "architectures"
 TASK = settings.CPU_TASK
@@ -64,48 +63,32 @@ def add_flags(parser) -> None:
 
 
 def build(args) -> Plan:
-    seeds = args.seeds or [0]
+    """`sptune evaluate --model s4d-legs --baselines transformer --task ucr-osuleaf`, with this experiment's text."""
     positions = getattr(args, "positions", POSITIONS[0])
-    cells = []
-    for name, (_, display) in settings.CPU_MODELS.items():  # the Transformer first, as Table 1
-        overrides = settings.cpu_overrides(name)
-        if name == "transformer" and positions != POSITIONS[0]:
-            overrides += [f"model.pos_encoding={positions}"]
-        if args.smoke_test:  # the plumbing only: 10 steps a stage, the grid's first point (plain backend)
-            overrides += ["optim.max_steps=10", "optim.eval_every=5"]
-        for seed in seeds:
-            labels = {"task": TASK, "model": display, "seed": seed, "column": "OSULeaf",
-                      "role": settings.cpu_role(seed, settings.MAIN_JOB_SELECTION_SEEDS)}
-            seeded = overrides + [f"run.seed={seed}"]
-            cells.append(Cell(key=f"{TASK}-{name}-s{seed}", labels=labels, overrides=tuple(seeded), stages=STAGES,
-                              space=settings.cpu_space(name)))
-            if getattr(args, "compute_tied", False):
-                cells.append(tied_cell(name, display, seeded, labels))
-    return Plan(
-        experiment=EXPERIMENT, title="Architecture result at CPU scale: Transformer vs S4D, scratch vs SPT (Table 1)",
-        axis="architecture (Transformer, S4D) x initialisation (scratch, masked SPT); seeds",
-        nuisance="lr per stage (finetune and scratch: the same grid and step budget; S4D 3 values, Transformer 4)",
+    per_model = {"transformer": [f"model.pos_encoding={positions}"]} if positions != POSITIONS[0] else {}
+    # --smoke-test: the plumbing only, 10 steps a stage at the grid's first point (plain backend)
+    smoke = ["optim.max_steps=10", "optim.eval_every=5"] if args.smoke_test else []
+    plan = evaluate.build_plan(
+        "s4d-legs", TASK, baselines=["transformer"], seeds=args.seeds, overrides=smoke,
+        compute_tied=getattr(args, "compute_tied", False), per_model=per_model,
+        selection_seeds=settings.MAIN_JOB_SELECTION_SEEDS,
+        title="Architecture result at CPU scale: Transformer vs S4D, scratch vs SPT (Table 1)",
         fixed=f"configs/ucr_osuleaf_{{transformer,s4}}.yaml: the Transformer's {positions} positions, backbone size, "
               "batch 32, 200 pretraining steps, 400 finetuning / scratch steps with early stopping (patience 100), "
-              "25% masking with L1",
-        layout={"kind": "grid", "col": "column", "row_title": "model", "heading": "Test accuracy (%), UCR OSULeaf",
-                "plots": ["bars"], "plot_title": "OSULeaf test accuracy: scratch (solid), masked SPT (hatched)",
-                "architectures": {"transformer": "Transformer", "ssm": "S4D"}, "baselines_task": TASK,
-                "curves": True},
-        cells=cells,
-        notes=["Test = the UCR TEST split (242 series); val = a stratified 20% of TRAIN (41 series), train = the "
-               "other 159. The archive's 1-NN Euclidean on the full TRAIN scores 52.1% on TEST."],
-        commands={"launch": "python studies/architectures.py", "resume": "python studies/architectures.py",
-                  "report": "sptune report <experiment dir>"})
-
-
-def tied_cell(name: str, display: str, overrides: list[str], labels: dict) -> Cell:
-    """Scratch with SPT's total training steps (pretraining's plus finetuning's), on the scratch arm's grid."""
-    steps = sum(load_config(None, overrides, stage=stage).optim.max_steps for stage in ("pretrain", "finetune"))
-    return Cell(key=f"{TASK}-{name}-tied-s{labels['seed']}",
-                labels={**labels, "compute": "tied", "row": f"{display} scratch, {steps} steps"},
-                overrides=tuple(overrides + [f"optim.max_steps={steps}"]), stages=("scratch",),
-                space={"scratch": settings.cpu_space(name)["scratch"]})
+              "25% masking with L1")
+    plan.experiment = EXPERIMENT
+    plan.axis = "architecture (Transformer, S4D) x initialisation (scratch, masked SPT); seeds"
+    plan.nuisance = "lr per stage (finetune and scratch: the same grid and step budget; S4D 3 values, Transformer 4)"
+    plan.layout.update({"heading": "Test accuracy (%), UCR OSULeaf",
+                        "plot_title": "OSULeaf test accuracy: scratch (solid), masked SPT (hatched)"})
+    for cell in plan.cells:
+        cell.labels["column"] = "OSULeaf"
+    plan.preamble = []  # the grids are this experiment's own files, named in its header
+    plan.notes = ["Test = the UCR TEST split (242 series); val = a stratified 20% of TRAIN (41 series), train = the "
+                  "other 159. The archive's 1-NN Euclidean on the full TRAIN scores 52.1% on TEST."]
+    plan.commands = {"launch": "python studies/architectures.py", "resume": "python studies/architectures.py",
+                     "report": "sptune report <experiment dir>"}
+    return plan
 
 
 if __name__ == "__main__":

@@ -203,18 +203,40 @@ DOCTOR_AND_NODES = """
 import json, sys
 import ray
 from sptune import doctor
-doctor.check_node = lambda seconds: {"host": "checked", "can_train": True}
+doctor.check_node = lambda seconds, model: {"host": "checked", "can_train": True}
 checked = [r["node_id"] for r in doctor.check_cluster(sys.argv[1], seconds=1, timeout_s=30)]
 ray.init(address=sys.argv[1], logging_level="ERROR")
 print(json.dumps({"checked": checked, "nodes": {n["NodeID"]: n["Resources"] for n in ray.nodes() if n["Alive"]}}))
 """
 
 
+LAYER = "shipped_conv:make"
+
+
+def write_layer_package(root: Path) -> Path:
+    """A researcher's layer package under root (a depthwise causal convolution), outside the checkout."""
+    package = root / "shipped_conv"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(
+        "from torch import nn\n\n\n"
+        "class Conv(nn.Module):\n"
+        "    def __init__(self, d_model, causal, width=3):\n"
+        "        super().__init__()\n"
+        "        self.pad = (width - 1, 0) if causal else ((width - 1) // 2, width // 2)\n"
+        "        self.conv = nn.Conv1d(d_model, d_model, width, groups=d_model)\n\n"
+        "    def forward(self, x):  # (B, L, D) -> (B, L, D)\n"
+        "        return self.conv(nn.functional.pad(x.transpose(1, 2), self.pad)).transpose(1, 2)\n\n\n"
+        "def make(d_model, causal, width=3):\n"
+        "    return Conv(d_model, causal, width)\n")
+    return root
+
+
 @pytest.mark.slow
 def test_study_on_a_two_node_cluster(tmp_path):
     """cluster.yaml's layout on this machine: a head that gets cluster.yaml's head resources as Ray's launcher
     passes them (RAY_OVERRIDE_RESOURCES: no CPU), and a worker with 2 CPUs. The study's driver joins at the
-    head, every trial runs on the worker, and `sptune doctor` checks the worker only."""
+    head, every trial runs on the worker with a layer only the driver can import (shipped by runtime_env), and
+    `sptune doctor` checks the worker only."""
     cluster = yaml.safe_load((REPO / "cluster.yaml").read_text())
     head_resources = cluster["available_node_types"][cluster["head_node_type"]]["resources"]
     temp_dir = Path(tempfile.mkdtemp(prefix="spr-", dir="/tmp"))  # short: Ray's socket paths have a length limit
@@ -231,12 +253,19 @@ def test_study_on_a_two_node_cluster(tmp_path):
                   {**env, "RAY_OVERRIDE_RESOURCES": json.dumps(head_resources)}, ports[:36])
         ray_start([f"--address=127.0.0.1:{gcs_port}", f"--temp-dir={temp_dir / 'second'}", "--num-cpus=2",
                    '--resources={"sptune_second_node": 1}'], env, ports[36:])
+        # The study's layer is a researcher's, importable by the driver alone (its PYTHONPATH): the nodes started
+        # without it, so the trials can import it only through the runtime_env the driver ships it in.
+        layers = write_layer_package(tmp_path / "layers")
         proc = subprocess.run([sys.executable, "-m", "sptune.cli", "study", str(CONFIG), "--smoke", "--quiet",
-                               "--dir", str(study_dir), "--address", f"127.0.0.1:{gcs_port}"],
-                              env=env, capture_output=True, text=True, timeout=300)
+                               "--dir", str(study_dir), "--address", f"127.0.0.1:{gcs_port}",
+                               f"model.name={LAYER}"],
+                              env={**env, "PYTHONPATH": str(layers)}, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         rows = results.collect(study_dir)
-        assert len(rows) == 3 * studies.SMOKE_SAMPLES and all(r["status"] == "completed" for r in rows)
+        # The layer has no search-space file: the paper's grid, one pretraining lr (App. C.1), searched finetuning.
+        assert len(rows) == 1 + 2 * studies.SMOKE_SAMPLES and all(r["status"] == "completed" for r in rows)
+        layer = files.read_json(Path(rows[0]["run_dir"]) / "result.json")["provenance"]["layer"]
+        assert layer["import_path"] == LAYER and layer["source_sha"]
         proc = subprocess.run([sys.executable, "-c", DOCTOR_AND_NODES, f"127.0.0.1:{gcs_port}"],
                               env=env, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -11,12 +11,15 @@ PACKAGE = Path(__file__).resolve().parents[1] / "sptune"
 # Bottom to top. A module belongs to the first entry that is its name or a package above it.
 LAYERS = [
     ["sptune.errors", "sptune.files", "sptune.atomic", "sptune.config", "sptune.stats", "sptune.selection",
-     "sptune.multiplier", "sptune.output", "sptune.flops", "sptune.pairs", "sptune.fingerprint",
+     "sptune.multiplier", "sptune.output", "sptune.flops", "sptune.pairs",
      "sptune.checkpoints", "sptune.rng_state", "sptune.folds",
      "sptune.cpu_kernels"],  # pure helpers: no task, model, training or Ray code
     ["sptune.protocol"],  # the SPT protocol's order and selection rule (plain runs and the engine ask it)
     ["sptune.tasks", "sptune.models", "sptune.objectives"],
-    ["sptune.registry", "sptune.build", "sptune.data", "sptune.baselines", "sptune.runs"],
+    ["sptune.plugins"],  # names -> a researcher's code: import paths, entry points, register_* (no sptune code)
+    # names -> code (built-ins first), a layer's contract, a run's identity (its layer's source included)
+    ["sptune.registry", "sptune.layer_contract", "sptune.fingerprint", "sptune.build", "sptune.data",
+     "sptune.baselines", "sptune.runs"],
     ["sptune.train_setup", "sptune.provenance", "sptune.train"],  # the stage functions, no Ray
     ["sptune.tune.trials"],  # one trial on a worker: trainable, resources, failures, outcomes
     # what a search is asked for

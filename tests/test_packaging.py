@@ -82,14 +82,17 @@ def test_search_spaces_are_package_data_of_a_wheel_and_an_editable_install(tmp_p
     assert installed == src / "search_spaces" and found == installed / "listops-mini" / "transformer.yaml"
 
 
-@pytest.mark.slow  # ~30 s: a wheel build and install, then a study script's plan (Ray imported, models built)
-def test_a_study_script_plans_from_an_installed_wheel(tmp_path):
+@pytest.mark.slow  # ~60 s: two wheel builds and installs, a study script's plan, an evaluation at smoke size
+def test_a_study_script_plans_and_a_layer_package_evaluates_from_installed_wheels(tmp_path):
     """A cluster image holds a `pip install .`, not a checkout: a study script copied out of the checkout
-    plans its cells from the installed package alone (its configs, search spaces and tasks' embedded data)."""
+    plans its cells from the installed package alone (its configs, search spaces and tasks' embedded data), and
+    `sptune evaluate` finds a layer package installed beside it by its entry point (examples/own-layer)."""
     src, elsewhere = source_copy(tmp_path), tmp_path / "elsewhere"
     elsewhere.mkdir()
-    pip("wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "wheel"), str(src), cwd=tmp_path)
-    pip("install", "--no-deps", "--target", str(tmp_path / "site"), str(next((tmp_path / "wheel").glob("*.whl"))),
+    layer_src = shutil.copytree(REPO / "examples" / "own-layer", tmp_path / "own-layer")
+    for package in (src, layer_src):
+        pip("wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "wheel"), str(package), cwd=tmp_path)
+    pip("install", "--no-deps", "--target", str(tmp_path / "site"), *map(str, (tmp_path / "wheel").glob("*.whl")),
         cwd=tmp_path)
     shutil.rmtree(src)  # nothing to fall back on
     script = shutil.copy(REPO / "studies" / "architectures.py", elsewhere)
@@ -100,3 +103,19 @@ def test_a_study_script_plans_from_an_installed_wheel(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "device-hours" in proc.stdout and "total" in proc.stdout
     assert not (elsewhere / "study").exists()  # a plan trains nothing and writes nothing
+
+    data = elsewhere / "order"
+    proc = subprocess.run([sys.executable, str(layer_src / "make_dataset.py"), str(data), "--length", "48",
+                           "--train", "64", "--val", "16", "--test", "32"], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shutil.rmtree(layer_src)  # the layer comes from its installed wheel only
+    probe_code = ("import sptune, longconv, sys; print(sptune.__file__, longconv.__file__); "
+                  "sys.argv = ['sptune', 'evaluate', '--model', 'longconv', '--task', 'files', '--task-path', "
+                  f"'{data}', '--baselines', 'transformer', '--smoke', '--dir', 'evaluated']; "
+                  "from sptune.cli import main; sys.exit(main())")
+    proc = subprocess.run([sys.executable, "-c", probe_code], cwd=elsewhere, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    imported = proc.stdout.splitlines()[0].split()
+    assert all(Path(p).is_relative_to(tmp_path / "site") for p in imported), imported
+    assert "- longconv: scratch" in proc.stdout and "architecture gap (longconv - Transformer)" in proc.stdout

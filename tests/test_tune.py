@@ -176,6 +176,12 @@ def test_study_direct_path_end_to_end(tmp_path, ray_instance):
     multiplexer.Reload()
     hparam_runs = multiplexer.PluginRunToTagToContent("hparams")
     assert len(hparam_runs) == 4 and all("_hparams_/session_start_info" in tags for tags in hparam_runs.values())
+    from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
+
+    for tags in hparam_runs.values():  # each trial names its model, task, seed and cell as HParams columns
+        start = HParamsPluginData.FromString(tags["_hparams_/session_start_info"]).session_start_info.hparams
+        assert start["model"].string_value == "transformer" and start["task"].string_value == "listops-mini"
+        assert start["cell"].string_value == Path(study_dir).name and "seed" in start
 
 
 def pretrain_waiting_for_scratch(params, spec):

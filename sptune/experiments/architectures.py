@@ -54,33 +54,91 @@ def lines(arm_rows: list[dict[str, Any]], layout: dict[str, Any]) -> list[str]:
     out += convergence_table(done)
     task = layout.get("baselines_task")
     if task:
-        rows = baselines.evaluate(registry.get_task(task).load())
+        rows = baselines.evaluate(registry.get_task(task, layout.get("baselines_task_path", "")).load())
         out += ["", f"Trivial baselines on the same {task} splits (fit on train):", "", "```",
                 baselines.format_rows(rows), "```"]
     return out + [""]
 
 
+def compared(architectures: dict[str, Any]) -> tuple[list[str], list[tuple[str, str]]]:
+    """The models in table order and the (model, baseline) pairs whose gaps are reported: `candidate` against
+    each of `baselines` (sptune evaluate), or an SSM against a Transformer (records written before)."""
+    if "candidate" in architectures:
+        candidate, others = architectures["candidate"], list(architectures["baselines"])
+        return others + [candidate], [(candidate, other) for other in others]
+    return [architectures["transformer"], architectures["ssm"]], [(architectures["ssm"], architectures["transformer"])]
+
+
 def role_lines(done: list[dict[str, Any]], layout: dict[str, Any]) -> list[str]:
     """Means, gains and gaps of one seed group."""
-    ssm, transformer = layout["architectures"]["ssm"], layout["architectures"]["transformer"]
+    models, gaps = compared(layout["architectures"])
     by_seed = per_seed(done)
     out = []
-    for model in (transformer, ssm):
+    for model in models:
         line = (f"- {model}: scratch {_pct(mean(by_seed, model, SCRATCH))}, SPT {_pct(mean(by_seed, model, SPT))}, "
                 f"SPT gain {paired_text(by_seed, (model, SPT), (model, SCRATCH))}")
         if mean(by_seed, model, TIED) is not None:
             line += (f"; scratch at SPT's total steps {_pct(mean(by_seed, model, TIED))}, compute-tied SPT gain "
                      f"{paired_text(by_seed, (model, SPT), (model, TIED))}")
         out.append(line)
-    for arm, name in ((SCRATCH, "scratch"), (SPT, "SPT")):
-        out.append(f"- architecture gap ({ssm} - {transformer}) under {name}: "
-                   f"{paired_text(by_seed, (ssm, arm), (transformer, arm))}")
-    keys = ((ssm, SPT), (transformer, SPT), (ssm, SCRATCH), (transformer, SCRATCH))  # + - - +
+    for model, baseline in gaps:
+        out += gap_lines(by_seed, model, baseline, named=len(gaps) > 1)
+    return out
+
+
+def gap_lines(by_seed: dict[Any, dict[tuple[str, str], dict[str, Any]]], model: str, baseline: str,
+              named: bool) -> list[str]:
+    """The gap model - baseline under scratch and under SPT, and its change (`named`: the change says whose)."""
+    out = [f"- architecture gap ({model} - {baseline}) under {name}: "
+           f"{paired_text(by_seed, (model, arm), (baseline, arm))}" for arm, name in ((SCRATCH, "scratch"), (SPT, "SPT"))]
+    keys = ((model, SPT), (baseline, SPT), (model, SCRATCH), (baseline, SCRATCH))  # + - - +
     complete = [[s[k] for k in keys] for s in by_seed.values() if all(k in s for k in keys)]
     gap_change = [(a["test"] - b["test"], c["test"] - d["test"]) for a, b, c, d in complete]
-    out.append("- gap under SPT minus gap under scratch (< 0: SPT closes the gap): "
+    whose = f" ({model} - {baseline})" if named else ""
+    out.append(f"- gap under SPT minus gap under scratch{whose} (< 0: SPT closes the gap): "
                + _paired_or_dash(gap_change) + test_sampling_text(complete, (1, -1, -1, 1)))
     return out
+
+
+def frame(arm_rows: list[dict[str, Any]], architectures: dict[str, Any]):
+    """The architecture table as a pandas DataFrame (sptune.evaluate), one row per quantity, in points for
+    accuracy: `quantity` (scratch, SPT, SPT gain, gap, gap change), `model`, `baseline` and `init` (gaps),
+    `mean`, the paired 95% interval `low` / `high` (NaN on one seed) and `n` seeds."""
+    import pandas as pd
+
+    models, gaps = compared(architectures)
+    by_seed = per_seed([a for a in arm_rows if a["test"] is not None])
+    rows = []
+    for model in models:
+        for quantity, arm in (("scratch", SCRATCH), ("SPT", SPT)):
+            values = [100 * s[(model, arm)]["test"] for s in by_seed.values() if (model, arm) in s]
+            rows.append(_row(quantity, model, None, None, stats.t_interval(values) if values else None))
+        rows.append(_row("SPT gain", model, None, None, _paired(by_seed, [((model, SPT), 1), ((model, SCRATCH), -1)])))
+    for model, baseline in gaps:
+        for init, arm in (("scratch", SCRATCH), ("SPT", SPT)):
+            rows.append(_row("gap", model, baseline, init,
+                             _paired(by_seed, [((model, arm), 1), ((baseline, arm), -1)])))
+        rows.append(_row("gap change", model, baseline, None, _paired(
+            by_seed, [((model, SPT), 1), ((baseline, SPT), -1), ((model, SCRATCH), -1), ((baseline, SCRATCH), 1)])))
+    return pd.DataFrame(rows, columns=["quantity", "model", "baseline", "init", "mean", "low", "high", "n"])
+
+
+def _paired(by_seed: dict[Any, dict[tuple[str, str], dict[str, Any]]],
+            terms: list[tuple[tuple[str, str], int]]) -> stats.Paired | None:
+    """The interval of sum(sign x test) over the seeds where every term finished (points)."""
+    values = [100 * sum(sign * s[key]["test"] for key, sign in terms)
+              for s in by_seed.values() if all(key in s for key, _ in terms)]
+    return stats.t_interval(values) if values else None
+
+
+def _row(quantity: str, model: str, baseline: str | None, init: str | None, p: stats.Paired | None) -> dict[str, Any]:
+    nan = float("nan")
+    if p is None:
+        return {"quantity": quantity, "model": model, "baseline": baseline, "init": init, "mean": nan, "low": nan,
+                "high": nan, "n": 0}
+    low, high = (p.low, p.high) if p.half_width is not None else (nan, nan)
+    return {"quantity": quantity, "model": model, "baseline": baseline, "init": init, "mean": p.mean, "low": low,
+            "high": high, "n": p.n}
 
 
 def selection_table(done: list[dict[str, Any]]) -> list[str]:

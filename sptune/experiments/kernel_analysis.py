@@ -20,7 +20,7 @@ from sptune.build import build_backbone
 from sptune.config import Config
 from sptune.config import load as load_config
 from sptune.models.s4 import SSMConvBlock
-from sptune.registry import get_task
+from sptune.registry import task_of
 
 
 @torch.no_grad()
@@ -45,7 +45,7 @@ def mass_radius(kmax: torch.Tensor, share: float = 0.9) -> int:
 
 
 def _backbone(cfg: Config) -> nn.Module:
-    task = get_task(cfg.task.name)
+    task = task_of(cfg.task)
     # A masked-SPT model of continuous inputs has one extra input column, the mask indicator (train.py).
     mask_channel = cfg.objective.kind == "masked" and task.input_kind == "continuous"
     return build_backbone(cfg.model, task, mask_channel)
@@ -59,7 +59,7 @@ def pretrained_vs_init(run_dir: str | Path) -> dict[str, Any]:
     """
     run_dir = Path(run_dir)
     cfg = load_config(run_dir / files.CONFIG)
-    task = get_task(cfg.task.name)
+    task = task_of(cfg.task)
     torch.manual_seed(cfg.run.seed)
     initial = _backbone(cfg)
     trained = _backbone(cfg)

@@ -44,6 +44,7 @@ class Plan:
     backend: str = "tune"
     notes: list[str] = field(default_factory=list)
     commands: dict[str, str] = field(default_factory=dict)
+    preamble: list[str] = field(default_factory=list)  # printed as the experiment starts (each model's grid)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

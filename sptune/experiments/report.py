@@ -484,4 +484,4 @@ def write(experiment_dir: str | Path) -> dict[str, Any]:
     table_md = experiment_dir / "table.md"
     write_text_atomic(table_md, "\n".join(lines) + "\n")
     return {"results": results_csv, "summary": summary_csv, "table": table_md, "plots": pngs,
-            "summary_lines": summary_lines}
+            "summary_lines": summary_lines, "arm_rows": arm_rows}

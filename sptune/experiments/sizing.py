@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from sptune.build import build_task_model, count_parameters
 from sptune.config import Config, load
 from sptune.errors import UserError
-from sptune.registry import get_task
+from sptune.registry import task_of
 
 SSM_MODELS = ("s4", "s4d-legs", "s4d-lin", "s4d-inv", "dlr")
 
@@ -51,7 +51,7 @@ def count(base: list[str], width: int, depth: int, d_state: int, ff_ratio: float
     d_ff = int(round(ff_ratio * width))
     cfg = load(None, base + [f"model.d_model={width}", f"model.n_layers={depth}", f"model.d_ff={d_ff}",
                              f"model.d_state={d_state}"])
-    return count_parameters(build_task_model(cfg.model, get_task(cfg.task.name))), d_ff
+    return count_parameters(build_task_model(cfg.model, task_of(cfg.task))), d_ff
 
 
 def fit_depth(base: list[str], budget: int, depth: int, d_state: int, ff_ratio: float, quantum: int,

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from sptune import folds
-from sptune.config import STAGES, from_dict, read_yaml
+from sptune.config import MAPPING_FIELDS, STAGES, from_dict, read_yaml
 from sptune.errors import UserError
 from sptune.registry import check_names
 
@@ -89,6 +89,29 @@ def default_path(task: str, model: str) -> Path:
             return root / relative
     raise UserError(f"no search space for task '{task}' / model '{model}' (search_spaces/{relative} not found); "
                     f"pass one with --search-space")
+
+
+# The paper's grid (Appendix C.1): "a small grid of learning rates and batch sizes with log spacing, e.g.
+# (1e-3 5e-4 1e-4) and (8 32 128)". Here a factor ~3 apart, as the project's own grids, so that an optimum
+# inside is bracketed; grids extend themselves past an edge their best sits at (sptune.tune.records.bracketing).
+PAPER_LRS = [1e-4, 3e-4, 1e-3, 3e-3]
+PAPER_BATCHES = [8, 32, 128]
+PRETRAIN_LR = 1e-3  # the paper's pretraining lr (Appendix C.1.2)
+BATCHES_PER_SPLIT = 4  # a batch size is kept when the training split holds at least this many batches of it
+
+
+def paper_space(task: str, model: str, n_train: int) -> SearchSpace:
+    """The grid of a task / model the project has no search-space file for: the paper's lr x batch size, with
+    the batch sizes a training split of n_train examples holds BATCHES_PER_SPLIT times (the smallest at least);
+    pretraining at the paper's lr. Its path says which grid it is."""
+    batches = [b for b in PAPER_BATCHES if b * BATCHES_PER_SPLIT <= n_train] or [min(PAPER_BATCHES)]
+    first = {"optim.lr": 1e-3, "optim.batch_size": 32 if 32 in batches else batches[0]}
+    searched = {"optim.lr": list(PAPER_LRS), "optim.batch_size": batches}
+    stages = {"pretrain": StageSpace({"optim.lr": [PRETRAIN_LR], "optim.batch_size": [first["optim.batch_size"]]}),
+              **{s: StageSpace(dict(searched), [dict(first)]) for s in ("finetune", "scratch")}}
+    path = (f"the paper's grid (App. C.1): lr {PAPER_LRS} x batch {batches} (the batches {n_train} training "
+            f"examples hold {BATCHES_PER_SPLIT} times)")
+    return SearchSpace(path=path, stages=stages, task=task, model=model, num_samples=len(PAPER_LRS) * len(batches))
 
 
 def installed_search_spaces() -> Path | None:
@@ -194,6 +217,8 @@ def _stage(path: str, name: str, spec: Any) -> StageSpace:
 def check_value(where: str, key: str, value: Any) -> None:
     """A searched key must be a real config field and each value a valid setting of it."""
     section, dot, name = key.partition(".")
+    if section == "model" and name.partition(".")[0] in MAPPING_FIELDS and name.count(".") == 1:
+        return  # a layer's own option (model.options.d_state): the layer's contract check sees its values
     if not dot or "." in name:
         raise UserError(f"{where}.params: '{key}' must be a flattened config key section.field (e.g. optim.lr)")
     # A fold is valid only beside a fold count (the stage config's task.val_folds): checked as one of enough.

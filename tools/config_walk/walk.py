@@ -65,7 +65,7 @@ def main() -> None:
     # The task's data is made (ListOps is generated) here, untraced, before the walk: traced, the generator
     # ran for minutes with no training step, and it does not touch the config.
     cfg = configs.load(config)
-    registry.get_task(cfg.task.name).load(cfg.task.data_dir or None)
+    registry.task_of(cfg.task).load(cfg.task.data_dir or None)
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "CONFIG_WALK_OUT": tmp, "CONFIG_WALK_ROOT": str(Path(sptune.__file__).parent),
                "CONFIG_WALK_CONFIG": config, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1",

@@ -45,7 +45,9 @@ def joined_cluster(address: str) -> Iterator[None]:
         yield
         return
     try:
-        ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+        from sptune import plugins
+
+        ray.init(address=address, logging_level="WARNING", log_to_driver=False, runtime_env=plugins.runtime_env())
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise UserError(f"cannot reach a Ray cluster at {address} ({str(exc).strip().splitlines()[0]}); start one "
                         f"(`ray start --head`) or run without --address to check this machine") from None
@@ -82,8 +84,12 @@ def ray_session(run_dir: str | Path, address: str | None = None) -> Iterator[Non
         # The dashboard stays on: Ray Train's PlacementGroupCleaner asks its state API whether a
         # trial's controller is gone; without it stopped trials leak placement groups (ray#54305).
         # Trials print one line per eval; Ray's INFO lines (a checkpoint saved, ...) would double them.
+        from sptune import plugins
+
+        # A researcher's layer or task imported from outside an installed package reaches every worker with
+        # the job (runtime_env py_modules): a cluster node need not hold a copy.
         ray.init(address=address or "local", logging_level=logging.WARNING,
-                 logging_config=ray.LoggingConfig(log_level="WARNING"))
+                 logging_config=ray.LoggingConfig(log_level="WARNING"), runtime_env=plugins.runtime_env())
         # Recorded for a later cleanup: if this driver is killed, the raylet's agents outlive it.
         driver["raylet_pids"] = [pid for pid in ray_processes(tag) if _cmdline(pid).split(" ")[0].endswith("/raylet")]
         atomic.write_json(run_dir / files.DRIVER, driver)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from sptune import files, folds, protocol
+from sptune import files, folds, protocol, registry
 from sptune.config import STAGES
 from sptune.config import load as load_config
 from sptune.errors import UserError
@@ -84,7 +84,7 @@ def resolve(config_path: str | None, overrides: list[str], space_path: str | Non
         check_names(cfg)
     task, model = stages["scratch"]["task"]["name"], stages["scratch"]["model"]["name"]
     if space is None:
-        space = spaces.load(space_path or spaces.default_path(task, model))
+        space = spaces.load(space_path) if space_path else default_space(stages["scratch"])
     declared = (space.task or task, space.model or model)
     if declared != (task, model):
         raise UserError(f"{space.path} is for task '{declared[0]}' / model '{declared[1]}', the config is for "
@@ -110,6 +110,19 @@ def resolve(config_path: str | None, overrides: list[str], space_path: str | Non
                       options=resolved)
 
 
+def default_space(stage: dict[str, Any]) -> spaces.SearchSpace:
+    """search_spaces/<task>/<model>.yaml, else (a task or layer the project has no grid for) the paper's grid
+    scaled to the task's training split (spaces.paper_space)."""
+    task, model = stage["task"], stage["model"]["name"]
+    try:
+        return spaces.load(spaces.default_path(task["name"], model))
+    except UserError:
+        if registry.is_builtin_model(model) and task["name"] in registry.TASKS:
+            raise
+    n_train = registry.get_task(task["name"], task.get("path", "")).split_sizes(seed=stage["run"]["seed"])["train"]
+    return spaces.paper_space(task["name"], model, n_train)
+
+
 def step_budgets(stage: dict[str, Any], params: dict[str, Any]) -> dict[int, int]:
     """The optimizer steps each searched batch size trains for (data.stage_steps, as run_stage resolves
     them; with optim.epochs the training split's size comes from Task.split_sizes)."""
@@ -121,7 +134,7 @@ def step_budgets(stage: dict[str, Any], params: dict[str, Any]) -> dict[int, int
     sizes = sizes if isinstance(sizes, list) else [optim["batch_size"]]
     n = 0
     if optim["epochs"] > 0:
-        n_train = get_task(task["name"]).split_sizes(task["data_dir"] or None, stage["run"]["seed"])["train"]
+        n_train = get_task(task["name"], task.get("path", "")).split_sizes(task["data_dir"] or None, stage["run"]["seed"])["train"]
         n = fraction_size(n_train, task["train_fraction"])
     return {size: stage_steps(optim["max_steps"], optim["epochs"], size, n) for size in sizes}
 

@@ -59,10 +59,10 @@ def stopped_result(run_dir: Path, stage: str, world: int = 1) -> dict[str, Any]:
     from sptune import config, flops, train
     from sptune.build import build_pretrain_model, build_task_model, count_parameters
     from sptune.data import batch, stage_steps, step_draw, train_fraction
-    from sptune.registry import get_task
+    from sptune.registry import task_of
 
     cfg = config.load(run_dir / files.CONFIG)
-    task = get_task(cfg.task.name)
+    task = task_of(cfg.task)
     torch.manual_seed(cfg.run.seed)
     if cfg.run.num_threads > 0:
         torch.set_num_threads(cfg.run.num_threads)

@@ -336,7 +336,9 @@ def write_hparams(run_dir: Path, spec: TrialSpec, params: dict[str, Any], result
                "hparams/final_val": result.get("final_val") if result.get("final_val") is not None else nan,
                "hparams/test_metric": result.get("test_metric", nan), "hparams/best_step": result.get("best_step", -1)}
     if result["status"] == "running":
-        hparams = dict(params, stage=spec.stage, path=spec.path)
+        # model, task, seed and cell as columns: trials of one experiment told apart in HParams' table
+        hparams = dict(params, stage=spec.stage, path=spec.path, model=spec.base["model"]["name"],
+                       task=spec.base["task"]["name"], seed=spec.base["run"]["seed"], cell=Path(spec.study_dir).name)
         if spec.init:
             hparams["init_trial"] = spec.init["trial"]
         domains = {k: v for k, v in spec.hparam_domains.items() if k in params}
