@@ -1,7 +1,8 @@
 """Do sptune's 95% intervals cover the truth 95% of the time? Simulated seeds with a known answer.
 
     python benchmarks/interval_coverage.py             # 2000 replicates a cell: coverage to about +-1% (2 MC SE)
-    python benchmarks/interval_coverage.py --quick     # 40 replicates: checks it runs (seconds); figures mean nothing
+    python benchmarks/interval_coverage.py --quick     # 40 replicates (10 for the endpoints): checks it runs (seconds);
+                                                       # its figures mean nothing
 
 Every interval sptune prints, each through sptune's own function (none is re-implemented here):
   paired gain      sptune.stats.paired_t: the Student-t interval of the mean SPT - scratch gain over seeds (the
@@ -13,6 +14,11 @@ Every interval sptune prints, each through sptune's own function (none is re-imp
                    sample too (`; with test-set sampling` in the architecture experiment's report)
   gains together   sptune.stats.simultaneous: a table's gains read together, intervals that ALL cover at once (the
                    correction line under each gains table of an experiment report, e.g. data_fractions' four)
+  endpoints        the architecture experiment's lines (sptune.experiments.architectures, the endpoints of `sptune
+                   power` and the group-sequential looks): each SPT gain, the gap S4D - Transformer under scratch and
+                   under SPT, and the gap change (S4D SPT - T SPT) - (S4D scratch - T scratch), the main job's primary
+                   endpoint; each with its seed interval (stats.paired_t on the per-seed values) and its interval
+                   "with test-set sampling" (stats.contrast_with_test_sampling, signs as the report passes them)
 (The `mean ± std` entries and the plots' error bars are spreads over seeds, not intervals: no coverage to check.)
 
 The model, in accuracy points (a point = 0.01), per seed i of n (n = 3, 5, 10):
@@ -41,6 +47,20 @@ The model, in accuracy points (a point = 0.01), per seed i of n (n = 3, 5, 10):
                    each pair as for the paired gain, the seed's shared effect common to all four; a study counts
                    as covered when all four intervals contain their truths. Beside it, for contrast, the four
                    uncorrected 95% intervals on the same studies (each covers 95%; all four together do not).
+  endpoints        noise estimated from the kept records of the main job (docs/records/architectures-confirm-* and
+                   architectures-rotary-[0-9]*, one model per Transformer design, ucr-osuleaf, 242 test series): run
+                   (seed i, arm a) gets test example j right with probability expit(logit p_aj + u_ia). p_j, the 4 arms'
+                   hit rates of example j over the seeds with test_hits, shrunk so their covariance across examples
+                   loses the rates' own sampling noise; u_i normal, its 4 x 4 covariance fitted so that the per-arm
+                   means, seed SDs and seed correlations of test accuracy are the records'; the arms' outcomes
+                   independent given p_j and u_i (the records' residual correlation within a seed and example is
+                   |r| < 0.1). The printed header gives the records and the estimates beside what the fitted model
+                   gives back, including the per-example SD of d_ij (0.4-0.7 in the records, against about 0.37 in the
+                   test-set gain's populations above). Each simulated study draws a fresh test set of 242 examples from
+                   the records' 242 (with replacement) and n = 3, 5, 10 or 20 seeds. Truths: the seed interval's is the
+                   endpoint's mean over seeds on that study's test set (what it is about); the test-sampling
+                   interval's is the population's (over examples and seeds). paired_t against the population truth
+                   is shown for contrast, not gated.
 Noise (each run's own; 2 points sd unless said): normal; heavy tails (Student t with 3 dof, scaled to the same
 sd); and two stress models outside the t-interval's assumptions, where one scratch run in 10 goes wrong and
 loses 10 points (skewed gains): with the usual noise, and with quiet seeds (run sd 1 point), where the rare
@@ -51,16 +71,19 @@ Coverage = the share of printed intervals that contain the truth, over --replica
 With 2000 replicates a coverage near 95% has a Monte Carlo standard error of 0.5%. A multiplier's interval is
 printed only when its point estimate lies inside the fractions run (else sptune prints a bound such as '>1x');
 `printed` gives that share. The last line is the lowest coverage over every cell whose noise the intervals
-assume (normal, heavy tails; for the test-set gain, its crossed seed x example sampling), the line before it
-the lowest of the skewed stress cells; the paired_t contrast cells count in neither.
+assume (normal, heavy tails; for the test-set gain, its crossed seed x example sampling; every endpoint cell, the
+gap change and n = 20 included), the line before it the lowest of the skewed stress cells; the paired_t contrast
+cells count in neither.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -239,6 +262,12 @@ class Population:
         return spt + spt_noise > 0, scratch + noise[1] > 0
 
 
+def example_sd(population: Population) -> float:
+    """The per-example SD of d_ij = SPT_ij - scratch_ij within a seed, averaged (10 seeds, own generator)."""
+    spt, scratch = population.hits(10, np.random.default_rng(7))
+    return float((spt.astype(np.int64) - scratch).std(axis=1, ddof=1).mean())
+
+
 def normal_cdf(x: float) -> float:
     return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
 
@@ -296,6 +325,201 @@ def simultaneous_cells(noise: Noise, n: int, replicates: int, rng: np.random.Gen
                  {"all": together["each"] / replicates}, f"{k} gains, all covered", contrast=True)]
 
 
+# ----------------------------------------------------------------------------- the main job's endpoints, records' noise
+RECORDS = Path(__file__).resolve().parents[1] / "docs" / "records"
+# Each design's records (one Transformer per design): its confirmation seeds' summary.csv files.
+RECORD_DESIGNS = (("sinusoidal Transformer", "architectures-confirm-*"),
+                  ("rotary Transformer", "architectures-rotary-[0-9]*"))
+ARMS = (("Transformer", "scratch"), ("Transformer", "masked"), ("S4D", "scratch"), ("S4D", "masked"))
+ARM_NAMES = ("T scratch", "T SPT", "S4D scratch", "S4D SPT")
+# name -> sign of each arm (ARMS order), as sptune.experiments.endpoints defines them (gap change: the primary one)
+ENDPOINTS = {"gap change": (1, -1, -1, 1), "S4D SPT gain": (0, 0, -1, 1), "T SPT gain": (-1, 1, 0, 0),
+             "gap under scratch": (-1, 0, 1, 0), "gap under SPT": (0, -1, 0, 1)}
+RECORD_SEED_COUNTS = (3, 5, 10, 20)
+HERMITE = np.polynomial.hermite_e.hermegauss(40)  # nodes and weights for E[f(Z)], Z standard normal
+
+
+def expit(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def psd(matrix: np.ndarray, power: float = 1.0) -> np.ndarray:
+    """A symmetric matrix's nearest positive semi-definite one (negative eigenvalues to 0), to `power`."""
+    values, vectors = np.linalg.eigh((matrix + matrix.T) / 2)
+    return (vectors * np.clip(values, 0.0, None) ** power) @ vectors.T
+
+
+def anova(d: np.ndarray) -> tuple[float, float, float]:
+    """(σ²_seed, σ²_example, σ²_residual) of an n seeds x m examples table (moments, as stats.crossed_interval)."""
+    n, m = d.shape
+    grand = d.mean()
+    ms_seed = m * ((d.mean(1) - grand) ** 2).sum() / (n - 1)
+    ms_example = n * ((d.mean(0) - grand) ** 2).sum() / (m - 1)
+    residual = d - d.mean(1, keepdims=True) - d.mean(0, keepdims=True) + grand
+    ms_residual = (residual ** 2).sum() / ((n - 1) * (m - 1))
+    return (ms_seed - ms_residual) / m, (ms_example - ms_residual) / n, ms_residual
+
+
+def endpoint_moments(hits: np.ndarray) -> dict[str, tuple[float, float]]:
+    """Per endpoint: (the per-example SD of d_ij within a seed, averaged over seeds; the SD over seeds of its
+    value on this test set) from hits (n, 4 arms, m)."""
+    out = {}
+    for name, signs in ENDPOINTS.items():
+        d = np.tensordot(np.array(signs), hits.astype(np.int64), axes=([0], [1]))  # (n, m)
+        out[name] = (float(d.std(axis=1, ddof=1).mean()), float(d.mean(1).std(ddof=1)))
+    return out
+
+
+@dataclass
+class RecordModel:
+    """Seeds x test examples of the four arms, with parameters estimated from kept records. Run (seed i, arm a)
+    gets example j right with probability expit(logit p_aj + u_ia): p_j (4 arms) an example of the population,
+    u_i (4 arms) the seed's effects, normal with covariance `seed_cov`; given those, the arms' outcomes are
+    independent (the records' residual correlation within a seed and example is |r| < 0.1)."""
+
+    name: str
+    sources: list[str]
+    seeds: int
+    hit_seeds: int
+    examples: np.ndarray  # (4, M) p_aj, the population of test examples
+    seed_cov: np.ndarray  # (4, 4) on the logit scale
+    record_acc: np.ndarray  # (seeds, 4) the records' test accuracies
+    record_moments: dict[str, tuple[float, float]]
+
+    @property
+    def logits(self) -> np.ndarray:
+        return np.log(self.examples) - np.log1p(-self.examples)
+
+    def expected(self) -> np.ndarray:
+        """(4, M): each example's probability of a hit averaged over seeds, E_u[expit(logit p + u)]."""
+        nodes, weights = HERMITE
+        sd = np.sqrt(np.diag(self.seed_cov))[:, None, None]  # (4, 1, 1)
+        return (expit(self.logits[:, :, None] + sd * nodes) * weights).sum(-1) / weights.sum()
+
+    def hits(self, n: int, index: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """(n, 4, m) bool: n seeds on the test set of the population's examples `index`."""
+        u = rng.multivariate_normal(np.zeros(4), self.seed_cov, n)  # (n, 4)
+        q = expit(self.logits[:, index][None] + u[:, :, None])  # (n, 4, m)
+        return rng.random(q.shape) < q
+
+
+def read_design(pattern: str) -> tuple[list[str], dict[int, dict[tuple[str, str], dict[str, str]]]]:
+    """The records matching `pattern` and their arms: {seed: {(model, arm): row}}, compute-tied arms left out."""
+    dirs = sorted(RECORDS.glob(pattern))
+    by_seed: dict[int, dict[tuple[str, str], dict[str, str]]] = {}
+    for directory in dirs:
+        with open(directory / "summary.csv", newline="") as file:
+            for row in csv.DictReader(file):
+                if row.get("compute") != "tied" and row["status"] == "completed" and row["test"]:
+                    by_seed.setdefault(int(row["seed"]), {})[(row["model"], row["arm"])] = row
+    return [d.name for d in dirs], by_seed
+
+
+def fit_design(name: str, pattern: str) -> RecordModel:
+    """Estimates from one design's records (method of moments):
+    - per-arm mean and seed covariance of test accuracy: every seed whose four arms finished;
+    - the examples: per example, each arm's hit rate over the seeds with test_hits, its spread across examples
+      shrunk to remove the rate's own sampling noise (cov over examples minus the mean within-example covariance
+      of the outcomes / seeds, mapped by the linear transform that gives the rates that covariance), in [0, 1];
+    - the seed effects' covariance on the logit scale: the accuracies' seed covariance minus the Bernoulli part,
+      divided by each arm's mean p(1 - p) (first order), then corrected twice against simulated seeds."""
+    sources, by_seed = read_design(pattern)
+    seeds = sorted(s for s, arms in by_seed.items() if all(a in arms for a in ARMS))
+    if len(seeds) < 3:
+        raise SystemExit(f"{RECORDS}/{pattern}: {len(seeds)} seeds with all four arms; the records are missing")
+    acc = np.array([[float(by_seed[s][a]["test"]) for a in ARMS] for s in seeds])
+    with_hits = [s for s in seeds if all(by_seed[s][a].get("test_hits") for a in ARMS)]
+    hits = np.array([[[c == "1" for c in by_seed[s][a]["test_hits"]] for a in ARMS] for s in with_hits])
+    h = len(with_hits)
+    rates = hits.mean(0)  # (4, M)
+    observed = np.cov(rates)
+    centred = hits - rates[None]
+    within = np.einsum("iaj,ibj->ab", centred, centred) / (h - 1) / rates.shape[1]  # mean over examples
+    target = psd(observed - within / h)
+    transform = psd(target, 0.5) @ np.linalg.pinv(psd(observed, 0.5))
+    mean = rates.mean(1, keepdims=True)
+    examples = np.clip(mean + transform @ (rates - mean), 1e-6, 1 - 1e-6)
+    model = RecordModel(name, sources, len(seeds), h, examples, np.zeros((4, 4)), acc, endpoint_moments(hits))
+    slope = np.diag(1.0 / (examples * (1 - examples)).mean(1))
+    wanted = np.cov(acc.T)
+    model.seed_cov = psd(slope @ (wanted - np.diag((examples * (1 - examples)).mean(1)) / examples.shape[1]) @ slope)
+    check = np.random.default_rng(12345)
+    everything = np.arange(examples.shape[1])
+    for _ in range(2):  # correct the first-order map against simulated seeds on the records' test set
+        simulated = np.cov(model.hits(4000, everything, check).mean(2).T)
+        model.seed_cov = psd(model.seed_cov + slope @ (wanted - simulated) @ slope)
+    return model
+
+
+def points(values: np.ndarray) -> str:
+    return ", ".join(f"{v / POINT:.1f}" for v in values)
+
+
+def correlations(cov: np.ndarray) -> str:
+    sd = np.sqrt(np.diag(cov))
+    corr = cov / np.outer(sd, sd)
+    return " ".join(f"{corr[i, j]:+.2f}" for i in range(4) for j in range(i + 1, 4))
+
+
+def describe_model(model: RecordModel) -> list[str]:
+    """Which records and which estimates, and what the fitted model gives back (simulated on the records' test set)."""
+    simulated = model.hits(4000, np.arange(model.examples.shape[1]), np.random.default_rng(54321))
+    acc = simulated.mean(2)
+    moments = endpoint_moments(simulated[:400])
+    pairs = "T-T' T-S T-S' T'-S T'-S' S-S'"
+    out = [f"{model.name}: {', '.join(model.sources)} ({model.seeds} seeds; test_hits on {model.hit_seeds})",
+           f"  arms {', '.join(ARM_NAMES)}: mean {points(model.record_acc.mean(0))} points (model "
+           f"{points(acc.mean(0))}); seed SD {points(model.record_acc.std(0, ddof=1))} (model "
+           f"{points(acc.std(0, ddof=1))})",
+           f"  seed correlations {pairs}: records {correlations(np.cov(model.record_acc.T))}; model "
+           f"{correlations(np.cov(acc.T))}"]
+    for name in ENDPOINTS:
+        (rec_example, rec_seed), (mod_example, mod_seed) = model.record_moments[name], moments[name]
+        out.append(f"  {name:18s} per-example SD of d_ij {rec_example:.2f} (model {mod_example:.2f}); SD over seeds "
+                   f"{rec_seed / POINT:.1f} points (model {mod_seed / POINT:.1f})")
+    return out
+
+
+def record_cells(model: RecordModel, n: int, replicates: int, rng: np.random.Generator) -> list[Cell]:
+    """Per endpoint, on the same simulated studies (a fresh test set of M examples drawn from the population, n
+    seeds): stats.paired_t against the truth on that test set (the seeds' mean), stats.contrast_with_test_sampling
+    against the population's, and, for contrast, paired_t against the population's."""
+    expected = model.expected()  # (4, M)
+    m = expected.shape[1]
+    signs = {name: np.array(s) for name, s in ENDPOINTS.items()}
+    population = {name: float(s @ expected.mean(1)) for name, s in signs.items()}
+    counts = {name: {"seed": 0, "test": 0, "contrast": 0} for name in ENDPOINTS}
+    widths = {name: {"seed": [], "test": []} for name in ENDPOINTS}
+    for _ in range(replicates):
+        index = rng.integers(0, m, m)
+        hits = model.hits(n, index, rng)
+        acc = hits.mean(2)  # (n, 4)
+        strings = [hit_strings(hits[:, a]) for a in range(4)]
+        conditional = expected[:, index].mean(1)  # (4,) the truth on this test set
+        for name, s in signs.items():
+            used = np.flatnonzero(s)
+            seed = stats.paired_t((acc[:, s > 0]).sum(1).tolist(), (acc[:, s < 0]).sum(1).tolist(), LEVEL)
+            test = stats.contrast_with_test_sampling(list(zip(*(strings[a] for a in used))),
+                                                     tuple(int(x) for x in s[used]), LEVEL)
+            truth = float(s @ conditional)
+            counts[name]["seed"] += seed.low <= truth <= seed.high
+            counts[name]["test"] += test.low <= population[name] <= test.high
+            counts[name]["contrast"] += seed.low <= population[name] <= seed.high
+            widths[name]["seed"].append(seed.half_width)
+            widths[name]["test"].append(test.half_width)
+    cells = []
+    for name in ENDPOINTS:
+        half = {key: np.median(w) / POINT for key, w in widths[name].items()}
+        cells += [Cell(name, f"{model.name}: seeds (paired_t, this test set)", n, True,
+                       {"all": counts[name]["seed"] / replicates},
+                       f"truth {population[name] / POINT:+.1f} points, median half-width {half['seed']:.1f}"),
+                  Cell(name, f"{model.name}: with test-set sampling", n, True,
+                       {"all": counts[name]["test"] / replicates}, f"median half-width {half['test']:.1f}"),
+                  Cell(name, f"{model.name}: paired_t vs the population truth", n, False,
+                       {"all": counts[name]["contrast"] / replicates}, "", contrast=True)]
+    return cells
+
+
 # ----------------------------------------------------------------------------- report
 def line(cell: Cell) -> str:
     values = "  ".join(f"{col}: " + ("—" if c is None else f"{c:.1%}") for col, c in cell.coverage.items())
@@ -342,6 +566,18 @@ def main() -> None:
         for n in SEED_COUNTS:
             cells += simultaneous_cells(noise, n, replicates, rng)
             print(line(cells[-2]), line(cells[-1]), sep="\n", flush=True)
+    print("the main job's endpoints (sptune.experiments.endpoints: S4D vs Transformer on ucr-osuleaf, scratch and "
+          "SPT), noise estimated from the kept records; per-example SD of d_ij in the test-set gain rows above: "
+          + ", ".join(f"{p.name} {example_sd(p):.2f}" for p in POPULATIONS))
+    for name, pattern in RECORD_DESIGNS:
+        model = fit_design(name, pattern)
+        for text in describe_model(model):
+            print(text, flush=True)
+        for n in RECORD_SEED_COUNTS:
+            made = record_cells(model, n, 10 if args.quick else replicates, rng)
+            cells += made
+            for cell in made:
+                print(line(cell), flush=True)
     print(f"{time.perf_counter() - start:.0f} s")
     print(f"lowest coverage of the stress cells (skewed noise, not gated): {lowest(cells, False):.1%}")
     low = lowest(cells, True)

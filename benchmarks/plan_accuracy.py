@@ -17,8 +17,8 @@
 Printed per stage, then as the LAST line `plan / measured device-seconds: R` (target 0.67-1.5), R from the plan
 as `sptune plan` makes it, before the study, and in brackets from the plan timed again after it. Both sides are
 wall seconds: on a machine shared with other work they are slowed at different moments (the plan's timing
-takes seconds, the study minutes), so the machine's load averages are printed beside them; compare runs on a
-quiet machine.
+takes seconds, the study minutes), so the machine's load averages are printed beside them; compare runs on an
+otherwise idle machine.
 """
 
 from __future__ import annotations

@@ -4,13 +4,13 @@
     python benchmarks/ssm_kernels.py --lengths 1024 --repeats 3                     # in-repo references only
     python benchmarks/ssm_kernels.py --device cuda --d-model 256 --batch 16 --reference-repo ...   # a GPU
 
-One layer, same process, same sizes as the issue: H=128, N=64 (DLR: N=1024), B=4, bidirectional,
+One layer, same process, the sizes the targets are set at: H=128, N=64 (DLR: N=1024), B=4, bidirectional,
 forward + backward (input and parameter gradients). Repeats alternate sptune / reference, so load from other
 processes hits both alike; the figure is the median. Each line prints sptune's time, the reference's time,
 their ratio (lower is faster) and the target:
     diag (S4D-Lin, S4D-Inv) and DLR: ratio <= 0.60;
     DPLR: on the CPU no slower than the ratios measured before this benchmark existed (0.49, 0.21, 0.24 at 1K,
-    4K, 16K); on a GPU (--device cuda) <= 0.60 like the others (issue 29: measured 1.59 at 1K, 0.69 at 4K).
+    4K, 16K); on a GPU (--device cuda) <= 0.60 like the others.
 On a GPU both layers run their pure-torch paths (sptune's backend="torch"), and each step is synchronised.
 
 References:
@@ -52,7 +52,7 @@ from sptune.models.s4 import S4Layer  # noqa: E402
 DIAG_TARGET = 0.60
 DLR_TARGET = 0.60
 DPLR_TARGETS = {1024: 0.49, 4096: 0.21, 16384: 0.24}
-GPU_TARGET = 0.60  # every S4 mode against the S4Block on the same GPU (issue 29)
+GPU_TARGET = 0.60  # every S4 mode against the S4Block on the same GPU
 
 
 # ---------------------------------------------------------------------------------------------------

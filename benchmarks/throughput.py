@@ -9,7 +9,7 @@ FLOP/s as a fraction of a dense matmul peak measured in the same run on the same
 FLOPs are those of sptune.flops: torch.utils.flop_counter on the real step (matmuls, attention,
 FFTs) plus the SSM kernel generation priced analytically (forward + backward). Transformers at
 L >= 16K use block-local attention with blocks of 4096, as the paper does (§2).
-Transformer lines print the target, >= 50% of the matmul peak on CPU (issue 10), and PASS / MISS.
+Transformer lines print the target, >= 50% of the matmul peak on CPU, and PASS / MISS.
 """
 
 from __future__ import annotations

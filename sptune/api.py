@@ -185,13 +185,15 @@ def report(results_dir: str | Path, plots: bool = True, plot_path: str | Path | 
     return _study_report(results_dir, rows, plots)
 
 
-def pooled_report(experiment_dirs: list[str | Path], out: str | Path | None = None) -> tuple[str, list[Path]]:
+def pooled_report(experiment_dirs: list[str | Path], out: str | Path | None = None,
+                  design: str | Path | None = None) -> tuple[str, list[Path]]:
     """One report over the seeds of several batches of one experiment (experiment directories or their kept
-    records: sptune.experiments.pool); `out`: also written there (markdown). `sptune report DIR DIR ...`."""
+    records: sptune.experiments.pool); `out`: also written there (markdown); `design`: a group-sequential design
+    file to apply (else the batches' design.json, if any). `sptune report DIR DIR ...`."""
     from sptune.atomic import write_text
     from sptune.experiments import pool
 
-    text = "\n".join(pool.pooled(experiment_dirs))  # a directory without plan.json: load_plan's UserError
+    text = "\n".join(pool.pooled(experiment_dirs, design))  # a directory without plan.json: load_plan's UserError
     if out is None:
         return text, []
     write_text(Path(out), text + "\n")

@@ -192,14 +192,17 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate_help = ("does your architecture still win once everyone is self-pretrained? --model (a built-in layer, "
                      "an entry-point name or package.module:factory) against --baselines on --task, scratch vs SPT "
                      "with the same grid and budget per arm; `sptune evaluate --help` for its flags")
-    p = sub.add_parser("evaluate", help=evaluate_help, description=evaluate_help, add_help=False)
-    p.add_argument("arguments", nargs=argparse.REMAINDER)
-    p.set_defaults(func=cmd_evaluate)
-    from sptune import data_cli, experiments_cli, study_cli
+    from sptune import data_cli, experiments_cli, power_cli, study_cli
+    from sptune.experiments import evaluate
+
+    # Its flags listed here (help); main() hands its command line to the experiment parser itself.
+    sub.add_parser("evaluate", help=evaluate_help, description=evaluate_help, add_help=False,
+                   parents=[experiments_cli.build_parser(evaluate_help, evaluate.add_flags, add_help=False)])
 
     data_cli.register(sub)  # data list | verify | prepare
     study_cli.register(sub)  # study | resume | results | plan (Ray Tune)
     experiments_cli.register(sub)  # report (experiments, studies)
+    power_cli.register(sub)  # power | design (seeds you can plan, sequential looks)
     return parser
 
 

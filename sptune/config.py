@@ -32,6 +32,7 @@ class TaskConfig:
     val_folds: int = 0
     val_fold: int = 0
     path: str = ""  # task.name=files: the directory holding train / val / test (sptune.tasks.files)
+    resample_splits: bool = False  # each run draws train / val from run.seed (test fixed); ucr-* and files tasks
 
 
 @dataclass
@@ -292,6 +293,9 @@ def validate(cfg: Config) -> None:
     if folds == 1 or folds < 0 or not 0 <= fold < max(folds, 1):
         raise UserError(f"task.val_folds={folds}, task.val_fold={fold}: val_folds is 0 (the task's validation split) "
                         f"or k >= 2 folds, and val_fold one of 0..k-1")
+    if cfg.task.resample_splits and folds:
+        raise UserError(f"task.resample_splits=true with task.val_folds={folds}: the folds pool train and val, so a "
+                        f"redrawn split changes nothing; use one of the two")
     if not 0.0 < cfg.task.train_fraction <= 1.0:
         raise UserError(f"task.train_fraction={cfg.task.train_fraction} must be in (0, 1]")
     ratio = cfg.objective.mask_ratio

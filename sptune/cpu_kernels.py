@@ -5,7 +5,7 @@ instruction set the CPU has. GELU is one (both models' feed-forward): its AVX-51
 kernel round differently in the last bits. On OSULeaf the S4D SPT arm of README command 1 (seed 0)
 diverged from there and ended one test series apart: 77.69% on an AVX-512 machine, 78.10% with
 ONEDNN_MAX_CPU_ISA=AVX2 on the same machine, trial for trial the figure an earlier machine printed
-(measured 2026-11-29; ATEN_CPU_CAPABILITY=avx2 and MKL_ENABLE_INSTRUCTIONS=AVX2 changed no bit there).
+(ATEN_CPU_CAPABILITY=avx2 and MKL_ENABLE_INSTRUCTIONS=AVX2 changed no bit there).
 AVX2 is the widest set every x86 machine of the last decade has.
 
 What this does not pin: MKL's matrix products also choose their kernel per CPU. On that AMD machine MKL's
@@ -13,7 +13,7 @@ default already is its AVX2 path (MKL_ENABLE_INSTRUCTIONS=AVX2 changed nothing);
 take another. MKL_CBWR=AVX2 pins MKL too, but it changed the pretraining's losses there in their last bits
 (<= 2e-8), away from every figure recorded so far, so it is the user's choice, not the default.
 
-So the same seed gives the same numbers on the same kind of CPU, not across kinds. Measured 2026-12-01 on an
+So the same seed gives the same numbers on the same kind of CPU, not across kinds. Measured on an
 Intel Xeon (AVX-512, AMX): model_sizes seed 11's Transformer 20K scratch trial at lr 0.0289647, whose record
 from the AMD EPYC machine reads best step 125, validation 0.585, test 43.39%, last training loss 0.01658, gave
 best step 125, 0.537, 37.60%, 0.03759 (the engine's trial and a `sptune scratch` of its config.yaml bit for bit

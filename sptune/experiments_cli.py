@@ -15,6 +15,7 @@ directory's run directories and Optuna journal.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import shlex
 import sys
@@ -31,10 +32,11 @@ from sptune.tune import options as search_options
 
 
 # ----------------------------------------------------------------------------- the scripts in studies/
-def parse_args(description: str, argv: list[str] | None = None,
-               extra: Callable[[argparse.ArgumentParser], None] | None = None,
-               selection_seeds: tuple[int, ...] = FIRST_SELECTION_SEEDS, prog: str | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=prog, description=description,
+def build_parser(description: str, extra: Callable[[argparse.ArgumentParser], None] | None = None,
+                 selection_seeds: tuple[int, ...] = FIRST_SELECTION_SEEDS, prog: str | None = None,
+                 add_help: bool = True) -> argparse.ArgumentParser:
+    """The command line of an experiment: its flags, the search and resource flags of `sptune study`, `extra`'s."""
+    parser = argparse.ArgumentParser(prog=prog, description=description, add_help=add_help,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke-test", action="store_true",
                         help="the whole experiment on the embedded tasks with tiny models (minutes on 2 CPU cores)")
@@ -47,6 +49,15 @@ def parse_args(description: str, argv: list[str] | None = None,
     seeds.add_argument("--fresh-seeds", type=int, metavar="N",
                        help="N seeds that chose nothing: the N seeds after every seed this experiment's settings "
                             f"were chosen on (selection seeds {', '.join(map(str, selection_seeds))}), to confirm")
+    parser.add_argument("--storage", metavar="URI",
+                        help="mirror the experiment to object storage under URI/<directory name> (s3://bucket/prefix) "
+                             "so it outlives the cluster; the same command with the same --storage continues it, "
+                             "pulling the folder back when it is gone")
+    parser.add_argument("--resample-splits", action="store_true",
+                        help="each seed draws its own train / val split from its seed (task.resample_splits=true "
+                             "on every cell; the test set stays fixed), so the seed intervals also cover "
+                             "split-to-split variation; for tasks whose val split comes from train (ucr-*, files "
+                             "without val); its own default directory (<experiment>-resampled)")
     parser.add_argument("--plan", action="store_true",
                         help="print the budget instead of running: trials per cell and stage, FLOPs, device-hours "
                              "here and on --gpu (nothing trains, no directory is made)")
@@ -55,6 +66,13 @@ def parse_args(description: str, argv: list[str] | None = None,
     search_options.add_options(group)
     if extra is not None:
         extra(parser)
+    return parser
+
+
+def parse_args(description: str, argv: list[str] | None = None,
+               extra: Callable[[argparse.ArgumentParser], None] | None = None,
+               selection_seeds: tuple[int, ...] = FIRST_SELECTION_SEEDS, prog: str | None = None) -> argparse.Namespace:
+    parser = build_parser(description, extra, selection_seeds, prog)
     args = parser.parse_args(argv)
     if args.seeds:
         args.seeds = seed_list(parser, args)
@@ -92,7 +110,26 @@ def default_dir(experiment: str, args: argparse.Namespace, root: Path = Path("ru
     experiment, in its own directory (so a rerun of one never meets the other's plan)."""
     variant = "-smoke" if args.smoke_test else "-cpu" if getattr(args, "cpu", False) else ""
     variant += "-first-budget" if variant == "-cpu" and getattr(args, "first_budget", False) else ""
+    variant += "-resampled" if getattr(args, "resample_splits", False) else ""
     return root / (experiment + variant)
+
+
+RESAMPLE = "task.resample_splits=true"
+
+
+def resampled(plan: Plan) -> Plan:
+    """The plan with every cell's train / val split drawn from its seed (--resample-splits); a one-line UserError
+    when a cell's task has splits fixed by its source."""
+    from sptune.config import load as load_config
+    from sptune.registry import task_of
+    from sptune.tasks.base import check_resample
+
+    cells = [dataclasses.replace(c, overrides=(*c.overrides, RESAMPLE)) for c in plan.cells]
+    for task in {(cfg.name, cfg.path): cfg for cfg in (load_config(None, list(c.overrides)).task for c in cells)}.values():
+        check_resample(task_of(task))
+    note = (f"--resample-splits ({RESAMPLE}): each seed trains and selects on its own train / val split (the test "
+            f"set is fixed), so the seed intervals include split-to-split variation")
+    return dataclasses.replace(plan, cells=cells, notes=[*plan.notes, note])
 
 
 def main(experiment: str, build_plan: Callable[[argparse.Namespace], Plan], description: str,
@@ -109,16 +146,24 @@ def main(experiment: str, build_plan: Callable[[argparse.Namespace], Plan], desc
     try:
         args = parse_args(description, argv, extra, selection_seeds, prog)
         plan = build_plan(args)
+        if args.resample_splits:
+            plan = resampled(plan)
         plan.backend, plan.smoke = args.backend, args.smoke_test
         if args.plan:
             print_budget(plan, search_options.from_args(args), args)
             return 0
         experiment_dir = Path(args.dir or default_dir(experiment, args, root))
+        if args.storage:
+            from sptune.tune.records import storage
+
+            mirrored_to = storage.attach_or_pull(experiment_dir, args.storage)
         log_path = experiment_dir.resolve() / files.STUDY_LOG
         # Ray, Tune and the trials print into the log; the terminal gets the cells' progress.
         with output.captured(log_path, show_trials=False) as console:
             console.line(f"{plan.title}: {len(plan.cells)} cells, backend {plan.backend} -> {experiment_dir}")
             console.line(f"log: {log_path}")
+            if args.storage:
+                console.line(f"mirrored to {mirrored_to}")
             for line in plan.preamble:
                 console.line(line)
             if args.fresh_seeds:
@@ -129,12 +174,15 @@ def main(experiment: str, build_plan: Callable[[argparse.Namespace], Plan], desc
             if finished:
                 console.line(f"resuming: {len(finished)} of {len(plan.cells)} cells already finished, skipped")
             progress = CellProgress(console, len(plan.cells), len(finished), live=plan.backend == "plain")
-            try:
-                not_done = run_experiment(experiment_dir, plan, search_options.from_args(args), args.address,
-                                        on_cell=progress)
-            finally:
-                progress.close()
-            paths = report.write(experiment_dir)
+            from sptune.tune.engine import mirroring  # imports Ray Tune: only once an experiment runs
+
+            with mirroring.mirrored(experiment_dir.resolve()):  # pushed as trials finish and once at the end
+                try:
+                    not_done = run_experiment(experiment_dir, plan, search_options.from_args(args), args.address,
+                                              on_cell=progress)
+                finally:
+                    progress.close()
+                paths = report.write(experiment_dir)
     except UserError as exc:
         print(f"sptune: error: {exc}", file=sys.stderr)
         return 2
@@ -190,6 +238,10 @@ def register(subparsers) -> None:
     report.add_argument("--plot", metavar="PNG", help="seeds study: also write its plot here (e.g. the README's "
                                                       "docs/seeds-shapes-tiny.png)")
     report.add_argument("--out", metavar="MD", help="several directories: also write the pooled report here")
+    report.add_argument("--design", metavar="JSON",  # group-sequential looks (sptune.experiments.looks)
+                        help="apply this group-sequential design (written by `sptune design`) at the current look, "
+                             "in the pooled report (one directory too: its files are not rewritten); default: the "
+                             "design.json of the directories or records, if any")
     report.set_defaults(func=cmd_report)
 
 
@@ -197,12 +249,15 @@ def cmd_report(args: argparse.Namespace) -> int:
     """`sptune report DIR`: any results folder's table and files, rebuilt (sptune.api.report)."""
     from sptune import api
 
-    if len(args.study_dirs) > 1 or args.out:
+    if len(args.study_dirs) > 1 or args.out or args.design:
         if args.plot:
             raise UserError("--plot draws one multi-seed study's plot; pass one directory with it")
-        text, paths = api.pooled_report(args.study_dirs, out=args.out)
+        text, paths = api.pooled_report(args.study_dirs, out=args.out, design=args.design)
     else:
+        from sptune.experiments import pilots
+
         text, paths = api.report(args.study_dirs[0], plot_path=args.plot)
+        text = "\n".join([text, *pilots.design_lines(args.study_dirs)])  # the looks of a declared design.json
     print(text)
     for path in paths:
         print(f"{'plot:' if str(path).endswith('.png') else 'file:'}  {path}")

@@ -36,8 +36,9 @@ BOOKKEEPING = ("run.out_dir", "run.name", "run.progress", "run.resume", "run.num
 EXECUTION_DEFAULTS = {"optim.accumulate": 1, "run.compile": False}
 # Fields added after run directories existed, each at the default that reproduces those runs: fingerprinted
 # only when set, so the older directories (and their names) stay valid. optim.patience (early stopping) off;
-# task.val_folds 0 (the task's own validation split).
-ADDED_DEFAULTS = {"optim.patience": 0, "task.val_folds": 0, "task.val_fold": 0, "task.path": ""}
+# task.val_folds 0 (the task's own validation split); task.resample_splits off (the task's fixed train / val split).
+ADDED_DEFAULTS = {"optim.patience": 0, "task.val_folds": 0, "task.val_fold": 0, "task.path": "",
+                  "task.resample_splits": False}
 # A layer from outside sptune is also fingerprinted by its code (sptune.plugins.source_hash): the same name
 # with edited source is another experiment, never a silent resume of the old one.
 LAYER_SOURCE = "model.source"

@@ -24,6 +24,7 @@ FLOPs are exact for any batch sizes it processed: per_example x examples + per_c
 from __future__ import annotations
 
 import copy
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -33,6 +34,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode, flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 aten = torch.ops.aten
+log = logging.getLogger("sptune.train")
 
 # FFTW's benchFFT convention (fftw.org/speed/method.html): a complex transform of size n is credited
 # 5 n log2 n real flops (radix-2 Cooley-Tukey), a real-data transform half of that.
@@ -128,11 +130,22 @@ def measure(model: nn.Module, inputs: torch.Tensor, lengths: torch.Tensor, seq_l
     """FLOPs of `model` on one example: `inputs` / `lengths` as model(inputs, lengths) takes them for a
     batch of one (leading dimension 1, or 2 rows for a pretraining pair); seq_len is what SSM kernels span.
     """
-    meta = copy.deepcopy(model).to("meta")
+    try:
+        return counted(model, inputs, lengths, seq_len, "meta")
+    except Exception as exc:  # noqa: BLE001 - a researcher's layer may not run on meta tensors (.item(), numpy)
+        log.warning("FLOPs counted on CPU tensors: %s on the meta device raised %s: %s", type(model).__name__,
+                    type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+        return counted(model, inputs, lengths, seq_len, "cpu")
+
+
+def counted(model: nn.Module, inputs: torch.Tensor, lengths: torch.Tensor, seq_len: int, device: str) -> Flops:
+    """measure() on a copy of the model on `device`: "meta" (shapes only, nothing computed) or "cpu" (computed,
+    for layers whose forward needs values; the count is the same)."""
+    meta = copy.deepcopy(model).to(device)
     for layer in meta.modules():
         if getattr(layer, "backend", None) == "keops":
             layer.backend = "torch"  # pykeops has no meta tensors; the Cauchy sum is priced analytically anyway
-    x, n = inputs.to("meta"), lengths.to("meta")
+    x, n = inputs.to(device), lengths.to(device)
 
     def run(batch: int, train: bool) -> int:
         meta.train(train)
@@ -147,8 +160,8 @@ def measure(model: nn.Module, inputs: torch.Tensor, lengths: torch.Tensor, seq_l
     kernels = kernel_flops(model, seq_len)
     out = {}
     cuda = sorted({p.device.index or 0 for p in model.parameters() if p.is_cuda})
-    # Meta tensors draw no random numbers today; that the count never shifts the run's random stream
-    # (dropout masks, resume) should not rest on it.
+    # Meta tensors draw no random numbers today, CPU ones do (dropout); the count never shifts the run's random
+    # stream (dropout masks, resume).
     with torch.random.fork_rng(devices=cuda):
         for train in (True, False):
             one, two = run(1, train), run(2, train)

@@ -1,4 +1,4 @@
-"""Cross-validated selection: a small validation split decides little (issue 28: 41 OSULeaf validation series
+"""Cross-validated selection: a small validation split decides little (on OSULeaf, 41 validation series
 make one series worth 2.4 points, and the lr chosen for one arm moved 10x from seed to seed), so a search may
 score each setting by its mean over k validation folds instead.
 

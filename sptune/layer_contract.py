@@ -30,7 +30,8 @@ def check(name: str, build: Callable[[ModelConfig, bool], nn.Module], model: Mod
     key = json.dumps([name, model.d_model, model.options, causal], sort_keys=True, default=str)
     if key in _checked:
         return
-    layer = construct(name, build, model, causal)
+    with torch.random.fork_rng(devices=[]):  # the layer's init draws from the global generator: leave it as it was
+        layer = construct(name, build, model, causal)
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(BATCH, LENGTH, model.d_model, generator=generator)  # (B, L, D)
     y = forward(name, layer, x)

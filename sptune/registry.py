@@ -20,7 +20,7 @@ from sptune import plugins
 from sptune.config import Config, ModelConfig, TaskConfig
 from sptune.errors import UserError
 from sptune.tasks import bidmc, hub_tasks, listops, lra, pathfinder, pathfinder_release, shapes, ucr
-from sptune.tasks.base import Task
+from sptune.tasks.base import Task, check_resample
 
 TASKS: dict[str, Task] = {
     t.name: t
@@ -125,13 +125,16 @@ def get_model(name: str) -> Builder:
 
 
 def check_names(cfg: Config) -> Config:
-    """The config's task and model each exist, or a one-line UserError naming the field and the choices.
+    """The config's task and model each exist (and the task can redraw its splits if task.resample_splits asks
+    it to), or a one-line UserError naming the field and the choices.
     A layer from outside sptune is also held to its contract (sptune.layer_contract: a tiny forward). A
     files task's path becomes absolute (trials run in other directories). Every entry point that runs a
     config calls this right after loading it."""
     if cfg.task.path:
         cfg.task.path = str(Path(cfg.task.path).expanduser().resolve())
-    task_of(cfg.task)
+    task = task_of(cfg.task)
+    if cfg.task.resample_splits:
+        check_resample(task)
     builder = get_model(cfg.model.name)
     if is_builtin_model(cfg.model.name):
         if cfg.model.options:

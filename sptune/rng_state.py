@@ -4,7 +4,7 @@ Two generators matter: the CPU one (model init, and dropout on the CPU) and, on 
 (dropout on the GPU). Batches and masks draw from (seed, step) (sptune.data), not from either. Both states are
 kept as CPU ByteTensors whatever device trained: `torch.set_rng_state` and `torch.cuda.set_rng_state` accept
 nothing else, and a checkpoint loaded with map_location=<cuda> would otherwise turn them into CUDA tensors
-(every resume on a GPU crashed on that, issue 29). A checkpoint written on a GPU and resumed on the CPU (or the
+(every resume on a GPU would crash on that). A checkpoint written on a GPU and resumed on the CPU (or the
 other way round) restores the CPU state and says, in one logged line, that the device's state does not apply.
 """
 

@@ -7,8 +7,15 @@
 
 The interval is the textbook one for paired differences d_i = spt_i - scratch_i over n seeds:
 mean(d) ± t_{1-alpha/2, n-1} * sd(d) / sqrt(n), sd with n - 1 in the denominator. Pairing by seed
-removes what two arms of one seed share (the validation/test split, the seed's data order), so the
+removes what two arms of one seed share (the seed's data order, and its train / val split), so the
 interval is about the gain, not about each arm's spread. With n = 1 there is no interval.
+
+What each interval covers. The seed interval (paired_t, and the contrasts of paired differences built
+on it) covers seed-to-seed variation: the initialisation and data order a run seed decides. The train /
+val split is one fixed draw for every seed unless task.resample_splits=true, which draws it from the run
+seed; only then does the seed interval also cover split-to-split variation. The test set is one fixed
+draw for every run: only the interval "with test-set sampling" (paired_with_test_sampling) also covers
+the sampling of test examples.
 
 The seed interval is conditional on the one test set every run was scored on (e.g. 242 series). The gain on
 the population of examples that test set was drawn from also varies with the draw: `paired_with_test_sampling`

@@ -108,10 +108,10 @@ def run_stage(cfg: Config, stage: str, init_from: Path | None = None, on_eval: O
     run = set_up(cfg, stage, init_from, run_dir, restart, train_device)
     cfg = run.cfg
 
-    # 2. Data: the task's splits (or a cross-validation fold of train + val: sptune.folds), the training
-    #    fraction (nested prefixes of one permutation).
-    splits = cross_validation(run.task.load(cfg.task.data_dir or None, seed=cfg.run.seed), cfg.task.val_folds,
-                              cfg.task.val_fold)
+    # 2. Data: the task's splits (train / val drawn from the run seed under task.resample_splits; or a
+    #    cross-validation fold of train + val: sptune.folds), the training fraction (nested prefixes of one permutation).
+    splits = cross_validation(run.task.load(cfg.task.data_dir or None, seed=cfg.run.seed,
+                                            resample=cfg.task.resample_splits), cfg.task.val_folds, cfg.task.val_fold)
     train_split = train_fraction(splits["train"], cfg.task.train_fraction)
 
     # 3. Model: pretraining head, or the task head (finetune loads the pretrained backbone); its FLOPs.

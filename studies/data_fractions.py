@@ -1,45 +1,17 @@
-"""SPT across data scales: S4 scratch vs masked SPT on nested training subsets (paper §3.4, Figure 3).
+"""SPT across data scales (paper §3.4, Figure 3): S4 scratch vs masked SPT on nested training subsets.
 
     launch:  python studies/data_fractions.py                 # Text and Image, fractions 0.005 ... 1.0
     resume:  python studies/data_fractions.py                 # the same command; finished cells are skipped
-    report:  sptune report runs/experiments/data_fractions
-             sptune report runs/experiments/data_fractions-cpu       # the --cpu variant
-    smoke:   python studies/data_fractions.py --smoke-test    # 20 s on a 2-core CPU (measured)
-    CPU:     python studies/data_fractions.py --cpu           # the main job's task, S4D and setting, seeds 6-15
+    report:  sptune report runs/experiments/data_fractions    # runs/experiments/data_fractions-cpu for --cpu
+    smoke:   python studies/data_fractions.py --smoke-test    # listops-mini and pathfinder-tiny, a tiny S4, 15 steps
+    CPU:     python studies/data_fractions.py --cpu           # the main job's task and S4D, seeds 6-15; in batches:
+             # --seeds 8 9 --dir <batch dir>, then sptune report <batch dir> <batch dir> ... pools them
              python studies/data_fractions.py --cpu --plan    # its budget first: trials, FLOPs, device-hours
-             python studies/data_fractions.py --cpu --first-budget   # the first report (docs/results.md), seeds 1-3
+             python studies/data_fractions.py --cpu --first-budget   # 200 steps every stage, seeds 1-3
     GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>
 
-Scientific axis: the training fraction {0.005, 0.01, 0.05, 0.1, 0.5, 1.0} of each task (Appendix C.1.4).
-Subsets are nested (task.train_fraction takes prefixes of one fixed permutation, sptune.data), so a
-smaller fraction is contained in every bigger one. Seeds are an axis (--seeds, default 0 1 2).
-Fixed (Appendix C.1.4, "fixed across all subsample experiments"): pretraining runs a fixed number of
-steps at every fraction (Text 40K, Image 10K); finetuning and scratch run a fixed budget, long enough
-to converge (the S4 configs' full-data schedules: Text 50K, Image 200K steps) and are tested at their
-best validation checkpoint; lr / batch size: Text PT 5e-4 / 8, FT 5e-4 / 16, scratch 16; Image 50
-everywhere, PT 1e-2, FT and scratch 2e-3. S4 sizes: the S4 configs for Text and Image.
-Nuisance: only the scratch learning rate on Text ({1e-3, 5e-4}, best on validation), searched with Ray
-Tune + Optuna; everything else is fixed by the paper.
-Figure 3 has no table: the paper's statement of its numbers is quoted in the report.
-
-CPU scale (--cpu, issue 28): the main job's current setting (studies/architectures.py: UCR OSULeaf, the S4D
-config, its lr grid, which extends itself past an edge, finetuning and scratch up to 400 steps with its early
-stopping) on fractions {0.125, 0.25, 0.5, 1.0} of its 159 training series (nested). Pretraining runs up to
-1000 steps at every fraction, since under a fixed 200 steps its best step was its last at every fraction
-(docs/results.md). That is a budget, not a plateau: the 1000-step cap, not the early-stopping rule, ended it in
-7 of 8 cells of seeds 6-7. On selection seed 0 the pretraining validation loss fell by ~22% per doubling up to
-4000 steps, while the finetuned validation moved by at most one series (docs/main-job-selection.md, probe 11).
-Default seeds 6-15, ten that chose nothing (seeds 0-5 chose the main job's settings); run them in batches
-(--seeds 8 9 --dir <batch dir>) and pool: sptune report <batch dir> <batch dir> ...
-Directory runs/experiments/data_fractions-cpu.
-
---cpu --first-budget: the study as first reported (docs/results.md): the main job's first budget (200 steps every
-stage, no early stopping: settings.first_budget_overrides), its first grid for finetuning and scratch
-(settings.FIRST_LR_GRID: 1e-3 ... 1e-1), pretraining lr 1e-3 for 200 steps at every fraction, seeds 1 2 3
-(seed 0 chose the grid). Measured: 55 min 48 s on a 2-core CPU; directory runs/experiments/data_fractions-cpu-first-budget.
-
-Smoke test: listops-mini (tokens) stands in for Text and pathfinder-tiny (pixels) for Image, with a
-1-layer, d_model-16 S4, 15 pretraining steps at every fraction, 15 finetuning / scratch steps.
+Varies: the training fraction (nested, Appendix C.1.4) x seed. Fixed: the paper's steps, lr and batch sizes (Text's
+scratch lr searched); --cpu: the main job's setting, 12.5-100% of its 159 series, pretraining up to 1000 steps.
 """
 
 from __future__ import annotations

@@ -1,24 +1,13 @@
-"""Data-driven vs HiPPO kernels: K_max(l) per layer of masked-SPT S4 vs its initialization (paper §3.6, Fig. 4).
+"""Data-driven vs HiPPO kernels (paper §3.6, Figure 4): K_max(l) per layer of masked-SPT S4 vs its initialization.
 
     launch:  python studies/kernels.py                        # Image, Text, PathX, ListOps; Ray Tune + Optuna
     resume:  python studies/kernels.py                        # the same command; finished cells are skipped
-    report:  sptune report runs/experiments/kernels               # recomputes missing K_max from the checkpoints
-    smoke:   python studies/kernels.py --smoke-test           # 11 s on a 2-core CPU (measured; 20 s with
-                                                              # --backend tune, as the CI smoke test runs it)
+    report:  sptune report runs/experiments/kernels           # recomputes missing K_max from the checkpoints
+    smoke:   python studies/kernels.py --smoke-test           # listops-mini and pathfinder-tiny, a 2-layer S4
     GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>
 
-Scientific axis: the kernels' decay with the lag l, pretrained S4 vs the same model at its HiPPO
-initialization, per task and layer. K_max(l) = max over channels and both directions of |K_{c,l}|
-(Eq. 4 and footnote 3), computed from the pretraining run's best checkpoint, "before finetuning", and
-from the model rebuilt at the run's seed (sptune.experiments.kernel_analysis). One plot per task, odd
-layers only for deep models as in Figure 4; the table gives, per layer, the lag within which 90% of
-sum_l K_max(l) lies (smaller = more local). Seeds are an axis (--seeds, default 0).
-Nuisance: the pretraining lr x batch size (Appendix C.1 grid, Table 5's S4 + SPT values first),
-searched with Ray Tune + Optuna; the best pretraining trial's checkpoint is analysed.
-Fixed: S4 models of the S4 configs (bidirectional, HiPPO-LegS), masked SPT with each task's mask ratio.
-
-Smoke test: listops-mini stands in for ListOps and pathfinder-tiny for PathX (2D: grid lines mark its
-16-pixel rows as Figure 4 does for PathX's 128), a 2-layer d_model-16 S4, 15 pretraining steps.
+Varies: task x layer x seed, the best pretraining trial's S4 (lr x batch size searched) vs the same model at its HiPPO
+initialization; the table gives the lag within which 90% of sum_l K_max(l) lies. Fixed: the S4 configs' models.
 """
 
 from __future__ import annotations

@@ -1,32 +1,14 @@
-"""Long Range Arena: scratch vs masked SPT vs causal SPT (paper §3.1-3.3, Tables 1, 2 and 7).
+"""Long Range Arena (paper §3.1-3.3, Tables 1, 2 and 7): scratch vs masked SPT vs causal SPT.
 
     launch:  python studies/lra_table.py                      # the paper's grid, Ray Tune + Optuna per stage
     resume:  python studies/lra_table.py                      # the same command: finished cells are skipped,
                                                               # unfinished ones continue from their checkpoints
-    report:  sptune report runs/experiments/lra_table             # table + plots again, no training
-    smoke:   python studies/lra_table.py --smoke-test         # 32 s on a 2-core CPU (measured), ~10 s of it
-                                                              # generating pathfinder-tiny, once per cache
+    report:  sptune report runs/experiments/lra_table         # table + plots again, no training
+    smoke:   python studies/lra_table.py --smoke-test         # listops-mini and pathfinder-tiny, tiny models, no search
     GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>   # Tune places one trial per GPU
 
-Scientific axis: architecture x initialization x objective, per task. Rows, as in the paper:
-    Transformer, Tay et al. sizes, sinusoidal positions: scratch, masked SPT, causal SPT    (Table 1)
-    Transformer + Rotary: scratch, masked SPT                                               (Table 2)
-    S4 (HiPPO, structured init): scratch, masked SPT; also PathX-256                        (Tables 2, 7)
-    S4 + Rand Init, DLR, DLR + Rand Init: scratch, masked SPT on ListOps, Text, Image, PathX (Table 7)
-Seeds are an axis (--seeds, default 0 1 2); entries are mean ± std over seeds.
-Nuisance, searched per stage with Ray Tune + Optuna (Appendix C.1): learning rate {1e-3, 5e-4, 1e-4} x
-batch size {8, 32, 128}, the paper's reported best (Tables 4, 5; S4 from scratch: Gu et al.'s own setting)
-added and tried first. Every setting comes from sptune.experiments.paper.RECIPES.
-Fixed: model sizes (Table 4 for Transformers; S4/DLR: the S4 configs, Appendix C.1.2-C.1.3), weight
-decay, pooling, masking ratio (§2: 10% ListOps, 15% text, 50% visual), L1 loss for Image pretraining,
-epochs per stage (the S4 configs' epochs), each stage's lr schedule (constant after warmup for every
-pretraining and Transformer run, the paper's repository), block attention of 4096 for L >= 16K (§2).
-ListOps: the LRA release (task listops-lra) when `sptune data verify listops-lra` passes, else the
-generated listops; the script prints which, and the table's notes and results.csv (task) record it.
-Averages as the paper computes them: mean over the row's LRA tasks, PathX-256 left out (Table 2).
-
-Smoke test: listops-mini stands in for ListOps and pathfinder-tiny for Pathfinder; every row runs on
-both with a 1-layer, d_model-16 model, 15 steps per stage, no search (plain backend).
+Varies: the paper's rows (Transformer, + Rotary; S4, S4 / DLR with random init) x scratch / masked / causal SPT x task
+x seed. Fixed: sptune.experiments.paper.RECIPES; ListOps is listops-lra when `sptune data verify listops-lra` passes.
 """
 
 from __future__ import annotations

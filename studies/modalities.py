@@ -1,26 +1,13 @@
-"""SPT on other modalities: Speech Commands, sCIFAR, BIDMC (paper §3.7, Table 3; Appendix C.3).
+"""SPT on other modalities (paper §3.7, Table 3; Appendix C.3): Speech Commands, sCIFAR, BIDMC.
 
     launch:  python studies/modalities.py                     # needs the data: `sptune data list`
     resume:  python studies/modalities.py                     # the same command; finished cells are skipped
     report:  sptune report runs/experiments/modalities
-    smoke:   python studies/modalities.py --smoke-test        # 13 s on a 2-core CPU (measured)
+    smoke:   python studies/modalities.py --smoke-test        # listops-mini and pathfinder-tiny stand in; no BIDMC
     GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>
 
-Scientific axis: task (SC causal, SC bidirectional, sCIFAR, BIDMC HR / RR / SpO2) x model (S4,
-Transformer + Rotary) x scratch / SPT. SC-Causal trains unidirectional models, pretrained with the causal
-objective (§3.7: "we pretrain with a causal denoising objective"), and its scratch baseline is
-unidirectional too; every other column is bidirectional with masked SPT. Seeds are an axis (default 0 1 2).
-Nuisance: lr x batch size per stage (Appendix C.1 grid, Tables 4 and 6 first; S4 from scratch: Gu et al.'s
-own setting first), Ray Tune + Optuna. Every setting comes from sptune.experiments.paper.RECIPES.
-Fixed: masking 25% for SC and BIDMC, 50% for sCIFAR (Appendix C.3); L1 pretraining loss (continuous
-inputs); Transformers of Table 4 (sCIFAR = the Image setup, C.1.6), block attention of 4000 on SC
-(C.3); S4 of the S4 configs (BIDMC: state size 256, bidirectional here as masked SPT needs); BIDMC
-targets scaled to [-1, 1] by the task (C.3); epochs of the S4 configs (SC 40, sCIFAR 200, BIDMC 500).
-
-Smoke test: the data of these tasks is not in the repository, so the smoke test SUBSTITUTES embedded
-tasks: listops-mini for Speech Commands (causal and bidirectional columns) and pathfinder-tiny for
-sCIFAR. BIDMC is regression (R²) and no embedded task is one, so its columns are not run in the smoke
-test. Numbers from the smoke test say nothing about these modalities.
+Varies: task (SC causal, SC bidirectional, sCIFAR, BIDMC HR / RR / SpO2) x model (S4, Transformer + Rotary) x scratch /
+SPT x seed. Fixed: sptune.experiments.paper.RECIPES. Smoke-test numbers say nothing about these modalities.
 """
 
 from __future__ import annotations

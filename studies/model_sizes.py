@@ -1,34 +1,15 @@
-"""SPT across model sizes on Image: Transformer + Rotary and S4, scratch vs masked SPT (Appendix E, Table 9).
+"""SPT across model sizes (paper Appendix E, Table 9): Transformer + Rotary and S4, scratch vs masked SPT.
 
-    launch:  python studies/model_sizes.py                    # 100K ... 10M parameters, Ray Tune + Optuna
+    launch:  python studies/model_sizes.py                    # Image, 100K ... 10M parameters, Ray Tune + Optuna
     resume:  python studies/model_sizes.py                    # the same command; finished cells are skipped
     report:  sptune report runs/experiments/model_sizes
-    smoke:   python studies/model_sizes.py --smoke-test       # 25 s on a 2-core CPU (measured)
-    CPU:     python studies/model_sizes.py --cpu              # the main job's task and models, 3 sizes, seeds 6-15
+    smoke:   python studies/model_sizes.py --smoke-test       # listops-mini, 5K / 10K / 20K parameters, no search
+    CPU:     python studies/model_sizes.py --cpu              # the main job's task and models at 20K / 80K / 320K, seeds 6-15
              python studies/model_sizes.py --cpu --plan       # its budget first: trials, FLOPs, device-hours
     GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>  (--cpu on one GPU: --trials-per-gpu 16)
 
-Scientific axis: parameter budget {100K, 300K, 1M, 3M, 10M} x model (Transformer + Rotary, S4) x
-scratch / masked SPT. Each budget is met within 10% by sptune.experiments.sizing: width (and depth when the
-paper's depth 6 cannot land inside the tolerance) of the Image models of Tables 4 and 2, counted on the
-task model the trainer builds. Seeds are an axis (--seeds, default 0 1 2).
-Nuisance: lr x batch size per stage, searched with Ray Tune + Optuna over the Image recipes' grids
-(sptune.experiments.paper.RECIPES: Appendix C.1 grid, the Table 4 rotary row / Table 5 S4 values first; S4
-from scratch: Gu et al.'s setting first).
-Fixed: everything of the Image models but their size (rotary positions and mean pooling for the
-Transformer, LayerNorm / dropout 0.1 for S4), 50% masking, L1 pretraining loss, S4-config epochs.
-
-Smoke test: listops-mini stands in for Image, budgets 5K / 10K / 20K parameters stand in for the paper's
-three smallest (1-2 layers), 15 steps per stage, two seeds (so entries show a std), no search.
-
-CPU scale (--cpu, issue 28): the main job's setting (studies/architectures.py: UCR OSULeaf, its Transformer and
-S4D configs, their current lr grids, which extend themselves past an edge, and their early stopping) at 20K /
-80K / 320K parameters (the main job's models have 68K and 84K): width, and depth when 2 blocks cannot land
-within 10%. Pretraining runs up to 1000 steps (the main job: 200; the configs' rule, 100 steps without a
-validation gain, may end it sooner). That is a budget, not a plateau: on selection seed 0 the pretraining loss
-was still falling by ~22% per doubling at 4000 steps (docs/main-job-selection.md, probe 11). The report gives
-each model's paired SPT gain per size. Default seeds 6-15, ten that chose nothing: the main job's settings were
-chosen on seeds 0-5 (--fresh-seeds N starts after them).
+Varies: parameter budget (met within 10% by width, and depth where needed) x model x scratch / SPT x seed. Fixed: the
+rest of the Image models; --cpu: the main job's setting, pretraining up to 1000 steps (a budget, not a plateau).
 """
 
 from __future__ import annotations

@@ -1,41 +1,16 @@
-"""Compute-tied SPT: a fixed step budget split between masked SPT and finetuning (Appendix D, Table 8).
+"""Compute-tied SPT (paper Appendix D, Table 8): a fixed step budget split between masked SPT and finetuning.
 
     launch:  python studies/spt_ratio.py                      # Text and Image, Transformer + Rotary and S4
     resume:  python studies/spt_ratio.py                      # the same command; finished cells are skipped
-    report:  sptune report runs/experiments/spt_ratio
-             sptune report runs/experiments/spt_ratio-cpu       # the --cpu variant (-cpu-first-budget: --first-budget)
-    smoke:   python studies/spt_ratio.py --smoke-test         # 17 s on a 2-core CPU (measured)
-    CPU:     python studies/spt_ratio.py --cpu                # the main job's task, models and setting, seeds 6-15
+    report:  sptune report runs/experiments/spt_ratio         # runs/experiments/spt_ratio-cpu for --cpu
+    smoke:   python studies/spt_ratio.py --smoke-test         # listops-mini and pathfinder-tiny, a 20-step budget
+    CPU:     python studies/spt_ratio.py --cpu                # the main job's task and models, 600 steps, seeds 6-15
              python studies/spt_ratio.py --cpu --plan         # its budget first: trials, FLOPs, device-hours
-             python studies/spt_ratio.py --cpu --first-budget # the first report (docs/results.md), seeds 1-5
+             python studies/spt_ratio.py --cpu --first-budget # 400 steps, no search, seeds 1-5
     GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>
 
-Scientific axis: the share of a fixed total budget spent on SPT, {0% (trained from scratch), 20%, 40%,
-60%}, per task (Text, Image) and model (Transformer + Rotary, S4). Seeds are an axis (default 0 1 2).
-The budget is in optimizer steps at one batch size for both stages, so steps are proportional to the
-paper's epochs: Text 30 epochs of 22,500 examples at batch 16 (42,210 steps), Image 150 epochs of
-45,000 examples at batch 50 (135,000 steps); our Text and Image hold out 10% of the training set for
-validation. A share p pretrains round(p * budget) steps and finetunes the rest; 0% trains from
-scratch for the whole budget. Every entry's device-seconds are printed next to it.
-Nuisance: none searched (a search would break the compute tie); lr per stage fixed at the paper's:
-Transformer Table 4 rotary rows (Text 5e-4, Image 1e-3), S4 Appendix C.1.4 (Text 5e-4; Image PT 1e-2,
-FT and scratch 2e-3). Fixed: the Table 2 Transformer + Rotary and the S4-config models, masking ratio.
-
-CPU scale (--cpu, issue 28): the main job's current setting (studies/architectures.py), UCR OSULeaf with the
-Transformer and S4D, a budget of 600 steps (the main job's SPT total: 200 pretraining + 400 finetuning steps)
-split 0/20/40/60%. Each stage searches the main job's lr grid for its model (search_spaces/ucr-osuleaf/, extended
-past an edge): every trial of every share is held to the same total, so the search does not break the tie,
-and each arm searches as many values as the main job's. Every stage keeps the configs' early stopping (100 steps
-without a validation gain), the rule of the main job's compute-tied arm, so the 600 steps are each arm's cap.
-Pretraining runs its share, not to a plateau: the share is the axis. Default seeds 6-15, ten that chose nothing.
-
---cpu --first-budget: the study as first reported (docs/results.md): a budget of 400 steps (the main job's
-pretraining + finetuning under its first budget, 200 + 200) split 0/20/40/60%, no early stopping, seeds 1-5;
-each stage's lr the one the selection seed 0 chose under that first budget (settings.FIRST_SELECTED_LR), not
-searched.
-
-Smoke test: listops-mini stands in for Text and pathfinder-tiny for Image, a budget of 20 steps
-(pretraining 4 / 8 / 12), 1-layer d_model-16 models.
+Varies: the share of the budget spent on SPT (0% = scratch, 20, 40, 60%) x task x model x seed. Fixed: the budget (the
+paper's epochs, in steps) and each stage's lr (the paper's, not searched); --cpu searches each stage's grid.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ def one_ray_per_session(request, monkeypatch):
                     f"ray_fixtures.ray_instance, or mark it own_ray if another cluster is its subject", pytrace=False)
 
 
-# Generated data (ListOps, Pathfinder) is cached once per test session, outside the user's cache.
+# Generated data (ListOps, Pathfinder) is cached once per pytest session, outside the user's cache.
 if "SPTUNE_CACHE" not in os.environ:
     import tempfile
 

@@ -47,7 +47,7 @@ def ray_instance():
 
 
 def sptune_env(**extra: str) -> dict[str, str]:
-    """Environment for `sptune` subprocesses: the test session's offline settings and cache."""
+    """Environment for `sptune` subprocesses: the pytest session's offline settings and cache."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", **extra)
     env.pop("RAY_ADDRESS", None)  # a study subprocess starts or joins exactly the Ray the test chose
     return env

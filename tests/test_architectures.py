@@ -190,7 +190,9 @@ def test_gains_get_the_interval_that_resamples_the_test_set_where_every_run_kept
            "test set" in report("111")
 
 
-def test_rotary_positions_change_the_transformer_cells_only():
+def test_positions_change_the_transformer_cells_only():
+    """The main job's Transformer has the paper's rotary positions; --positions sinusoidal gives the cells of the
+    first declared confirmation (the config's own positions), so its directories extend unchanged."""
     script = load_study("architectures")
 
     def cells(*flags):
@@ -200,8 +202,9 @@ def test_rotary_positions_change_the_transformer_cells_only():
     def encoding(cell):
         return config.load(None, list(cell.overrides)).model.pos_encoding
 
-    (_, default), (rotary_plan, rotary) = cells(), cells("--positions", "rotary")
-    assert encoding(default["Transformer"]) == "sinusoidal"  # the main job's: the config's
-    assert encoding(rotary["Transformer"]) == "rotary"
-    assert rotary["S4D"].overrides == default["S4D"].overrides  # S4D runs as in the main job
+    (rotary_plan, default), (_, sinusoidal) = cells(), cells("--positions", "sinusoidal")
+    assert encoding(default["Transformer"]) == "rotary"  # the paper's
+    assert encoding(sinusoidal["Transformer"]) == "sinusoidal"
+    assert "model.pos_encoding=rotary" not in sinusoidal["Transformer"].overrides  # the config's own
+    assert sinusoidal["S4D"].overrides == default["S4D"].overrides  # S4D runs as in the main job
     assert "rotary positions" in rotary_plan.fixed

@@ -22,6 +22,7 @@ ENDS = {
     "experiment_utilization.py": "slot utilization",
     "plan_accuracy.py": "plan / measured device-seconds",
     "interval_coverage.py": "lowest coverage:",
+    "sequential_error_rates.py": "largest simulated type I error",
 }
 STARTS_RAY = {"ray_overhead.py", "driver_scale.py", "experiment_utilization.py", "plan_accuracy.py"}
 
@@ -32,7 +33,7 @@ def test_every_benchmark_is_listed():
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in STARTS_RAY else n for n in ENDS])
 def test_benchmark_runs_to_its_end_in_quick_mode(name, tmp_path):
-    # The session's SPTUNE_CACHE (conftest): the embedded tasks are generated once, not once per benchmark
+    # The pytest session's SPTUNE_CACHE (conftest): the embedded tasks are generated once, not once per benchmark
     # (listops-mini: ~7 s of a quiet core each time). Generation itself is tested in test_listops / test_shapes.
     env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "SPTUNE_DATA": str(tmp_path / "data"),
            "RAY_ADDRESS": ""}

@@ -1,4 +1,4 @@
-"""tools/config_walk: the stays and returns it counts from a trace (the tracer itself runs a real study: issue 27's
+"""tools/config_walk: the stays and returns it counts from a trace (the tracer itself runs a real study: the
 figures in docs/architecture.md come from `python tools/config_walk/walk.py`)."""
 
 import importlib.util

@@ -1,8 +1,8 @@
 """Importing sptune pins oneDNN's instruction set to AVX2, so its kernels (GELU among them) compute the same bits
 on every x86 CPU with AVX2 (sptune.cpu_kernels). Each case runs in a fresh process, because oneDNN reads its
 setting once, at its first op. On a CPU whose widest set is AVX2 an unpinned run computes the same bits, so
-there the main check cannot tell the pin from its absence; on an AVX-512 CPU (this project's machine) it fails
-without it."""
+there the main check cannot tell the pin from its absence; on an AVX-512 CPU (a recent AMD EPYC or Intel Xeon) it
+fails without it."""
 
 import os
 import subprocess

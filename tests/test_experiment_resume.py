@@ -85,7 +85,7 @@ def numbers(experiment_dir):
 def counted_done_unfinished(experiment_dir):
     """(cell, stage, status) a stopped driver recorded that are not "done with every trial's result": a status
     other than done, or done with a trial lacking its result. A cell may finish all its stages before two others
-    are caught mid-way (on a loaded machine it did: CI, 2026-11-29), so "done" is allowed when it is true."""
+    are caught mid-way (on a loaded machine, such as a CI runner, it does), so "done" is allowed when it is true."""
     wrong = []
     for key in CELLS:
         cell = experiment_dir / files.CELLS / key

@@ -2,11 +2,11 @@
 path leaves no placement group and no process of its Ray instance behind.
 
 What this covers is a trial that finishes: Tune's and Ray Train's groups are removed and the tagged
-instance is gone after the session. A trial whose Train controller dies (stopped, killed) relies on Ray
-Train's PlacementGroupCleaner, which asks the dashboard's state API (ray#54305): that is why the session
+instance is gone after the Ray session. A trial whose Train controller dies (stopped, killed) relies on Ray
+Train's PlacementGroupCleaner, which asks the dashboard's state API (ray#54305): that is why the Ray session
 keeps the dashboard on; this test does not stop a trial, so it passes without the dashboard too.
-The experiment runs in a subprocess, so that its session starts its own tagged Ray instance (the test
-session's shared instance would be reused).
+The experiment runs in a subprocess, so that its session starts its own tagged Ray instance (the pytest
+session's shared Ray instance would be reused).
 """
 
 import json

@@ -13,7 +13,7 @@ LAYERS = [
     ["sptune.errors", "sptune.files", "sptune.atomic", "sptune.config", "sptune.stats", "sptune.selection",
      "sptune.multiplier", "sptune.output", "sptune.flops", "sptune.pairs",
      "sptune.checkpoints", "sptune.rng_state", "sptune.folds",
-     "sptune.cpu_kernels"],  # pure helpers: no task, model, training or Ray code
+     "sptune.cpu_kernels", "sptune.power", "sptune.sequential"],  # pure helpers: no task, model, training, Ray
     ["sptune.protocol"],  # the SPT protocol's order and selection rule (plain runs and the engine ask it)
     ["sptune.tasks", "sptune.models", "sptune.objectives"],
     ["sptune.plugins"],  # names -> a researcher's code: import paths, entry points, register_* (no sptune code)
@@ -28,7 +28,8 @@ LAYERS = [
     ["sptune.tune.engine", "sptune.tune"],  # the one Ray driver: searcher and scheduler routing, signals
     ["sptune.experiments", "sptune.doctor", "sptune.budget"],
     ["sptune.api"],
-    ["sptune.cli", "sptune.data_cli", "sptune.study_cli", "sptune.experiments_cli", "sptune"],  # command lines
+    ["sptune.cli", "sptune.data_cli", "sptune.study_cli", "sptune.experiments_cli", "sptune.power_cli",
+     "sptune"],  # command lines
 ]
 
 

@@ -80,7 +80,8 @@ def test_search_space_holds_the_papers_points_first(task, model):
 
 
 def test_the_known_mismatches_stay_fixed():
-    """Issue 8's list, against the paper and the configs it defers to (each value's source is in the table)."""
+    """Values the configs once got wrong, against the paper and the configs it defers to (each value's source is
+    in the table)."""
     def first(recipe, stage):
         return recipe.stages[stage].points[0].values()
 

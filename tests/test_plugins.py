@@ -53,6 +53,15 @@ def blows_up(d_model, causal):
     return Log()
 
 
+class ScaledByItsMax(Conv):
+    def forward(self, x):
+        return super().forward(x) / float(x.abs().max())  # needs values: no meta tensors
+
+
+def needs_values(d_model, causal):
+    return ScaledByItsMax(d_model, causal)
+
+
 def not_a_module(d_model, causal):
     return "a layer"
 
@@ -235,3 +244,72 @@ def test_the_python_api_returns_the_architecture_table(layers, tmp_path):
     gaps = frame[frame["quantity"] == "gap"]
     assert set(zip(gaps["model"], gaps["baseline"], gaps["init"])) == {("make", "Transformer", "scratch"),
                                                                         ("make", "Transformer", "SPT")}
+
+
+def broken_data(root: Path, problem: str) -> Path:
+    """A files-task directory with one problem."""
+    import numpy as np
+
+    write_files_task(root)
+    if problem == "missing test split":
+        (root / "test.npz").unlink()
+    elif problem == "NaN":
+        with np.load(root / "train.npz") as data:
+            inputs = data["inputs"].copy()
+            targets = data["targets"]
+        inputs[3, 7] = np.nan
+        np.savez(root / "train.npz", inputs=inputs, targets=targets)
+    elif problem == "label out of range":
+        with np.load(root / "test.npz") as data:
+            inputs, targets = data["inputs"], data["targets"].copy()
+        targets[0] = 9
+        np.savez(root / "test.npz", inputs=inputs, targets=targets)
+    return root
+
+
+@pytest.mark.parametrize("problem, message", [("missing test split", "test"), ("NaN", "NaN"),
+                                              ("label out of range", "9")])
+def test_bad_data_stops_an_evaluation_before_anything_is_made(tmp_path, capsys, monkeypatch, problem, message):
+    data = broken_data(tmp_path / "data", problem)
+    monkeypatch.chdir(tmp_path)
+    code = cli.main(["evaluate", "--model", "s4d-legs", "--baselines", "transformer", "--task", "files",
+                     "--task-path", str(data), "--smoke"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "runs").exists()  # nothing half-made
+
+
+def test_the_contract_check_leaves_the_global_generator_as_it_was(layers):
+    from sptune import layer_contract
+
+    layer_contract._checked.clear()
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    checked("model.name=my_layers:make", "model.options.width=7")
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_flops_of_a_layer_that_needs_values_are_counted_on_cpu(layers, caplog):
+    from sptune import flops
+
+    x, lengths = torch.randint(3, 10, (1, 32)), torch.full((1,), 32)
+    counts = {}
+    for name in ("make", "needs_values"):
+        cfg = checked(f"model.name=my_layers:{name}")
+        torch.manual_seed(0)
+        counts[name] = flops.measure(build_task_model(cfg.model, registry.task_of(cfg.task)), x, lengths, 32)
+    assert counts["needs_values"] == counts["make"] and counts["make"].train_example > 0  # elementwise work is free
+    assert "FLOPs counted on CPU tensors" in caplog.text
+
+
+def test_the_paper_grid_fits_the_training_split():
+    from sptune.tune import spaces
+
+    small = spaces.paper_space("files", "my_layers:make", 159)
+    assert small.stages["finetune"].params == {"optim.lr": spaces.PAPER_LRS, "optim.batch_size": [8, 32]}
+    assert small.stages["finetune"].params == small.stages["scratch"].params  # the same grid for both arms
+    assert small.stages["pretrain"].params == {"optim.lr": [1e-3], "optim.batch_size": [32]}
+    assert small.limits == {"optim.batch_size": [1, 159]}  # no extension past the whole split
+    assert spaces.paper_space("files", "x", 10).stages["scratch"].params["optim.batch_size"] == [8]
+    assert spaces.paper_space("files", "x", 10_000).stages["scratch"].params["optim.batch_size"] == [8, 32, 128]

@@ -35,8 +35,8 @@ def code_lines(path: Path) -> list[str]:
         pending = ""
         for part in re.split(r"&&|;", line):  # `... && .venv/bin/sptune study ...`
             part = part.strip()
-            part = re.sub(r"^(?:[A-Z_]+=\S+ )+", "", part)  # leading VAR=value assignments
             part = re.sub(r"^.*? -- ", "", part) if " -- " in part else part  # `ray job submit ... -- python ...`
+            part = re.sub(r"^(?:[A-Z_]+=\S+ )+", "", part)  # leading VAR=value assignments
             if COMMAND.match(part):
                 lines.append(part)
     return lines

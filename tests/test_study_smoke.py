@@ -2,7 +2,7 @@
 entry, the table and plots written, Ray Tune behind one study, and a killed study resumed.
 
 Measured on a 2-core CPU: about 4 minutes for the whole file, most of it the six studies' training
-(pathfinder-tiny is generated once per session into the session's cache, ~10 s).
+(pathfinder-tiny is generated once per pytest session into that session's cache, ~10 s).
 """
 
 import csv

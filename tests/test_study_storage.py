@@ -242,3 +242,21 @@ def test_pulling_refuses_to_mix_folders(tmp_path, aws):
         storage.attach(folder, "s3://studies/team")
     with pytest.raises(UserError, match="holds no sptune results folder"):
         storage.pull("s3://studies/nothing-here")
+
+
+@pytest.mark.slow  # ~40 s: an evaluation at smoke size twice, the second after its folder was lost
+def test_an_evaluation_is_mirrored_and_pulled_back_when_its_folder_is_gone(s3, tmp_path):
+    """`sptune evaluate --storage`: the experiment's folder is mirrored as it runs; rerun after the folder was
+    deleted (a lost head), the same command pulls it back and finds every cell finished, training nothing."""
+    uri = "s3://studies/team"
+    folder = tmp_path / "evaluated"
+    command = ["evaluate", "--model", "s4d-legs", "--baselines", "transformer", "--task", "listops-mini", "--smoke",
+               "--dir", folder, "--storage", uri]
+    first = finished(sptune(s3, *command), study_dir=folder)
+    assert "mirrored to s3://studies/team/evaluated" in first
+    kept = {p.relative_to(folder): p.read_bytes() for p in folder.rglob("result.json")}
+    assert len(kept) == 2 * 3  # two models, three stages
+    shutil.rmtree(folder)
+    second = finished(sptune(s3, *command), study_dir=folder)
+    assert "resuming: 2 of 2 cells already finished, skipped" in second
+    assert {p.relative_to(folder): p.read_bytes() for p in folder.rglob("result.json")} == kept

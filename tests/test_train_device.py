@@ -1,4 +1,4 @@
-"""Which device a trial trains on under Ray Train, and the order of DDP and torch.compile (issue 19).
+"""Which device a trial trains on under Ray Train, and the order of DDP and torch.compile.
 
 No GPU is needed: CUDA's answers are monkeypatched, and DDP runs as one gloo rank on CPU.
 """

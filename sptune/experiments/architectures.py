@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from sptune import baselines, pairs, registry, stats
+from sptune import baselines, pairs, power, registry, stats
 from sptune.errors import UserError
 
 SPT, SCRATCH, TIED = "masked", "scratch", "tied"  # arm keys: SPT, scratch, scratch at SPT's total steps
@@ -142,7 +142,7 @@ def _row(quantity: str, model: str, baseline: str | None, init: str | None, p: s
 
 
 def selection_table(done: list[dict[str, Any]]) -> list[str]:
-    """How steady selection is over one seed group's seeds (issue 28): per model and arm, the lr its last stage
+    """How steady selection is over one seed group's seeds: per model and arm, the lr its last stage
     selected on each seed, how many seeds chose the most frequent one, and the test spread (SD over seeds)."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for arm in sorted(done, key=lambda a: (a["model"], arm_key(a), a.get("seed"))):
@@ -186,7 +186,8 @@ def paired_text(by_seed: dict[Any, dict[tuple[str, str], dict[str, Any]]], a: tu
 def _paired_or_dash(values: list[tuple[float, float]]) -> str:
     if not values:
         return "—"
-    return stats.format_paired(stats.paired_t([a for a, _ in values], [b for _, b in values]), 100.0)
+    paired = stats.paired_t([a for a, _ in values], [b for _, b in values])
+    return stats.format_paired(paired, 100.0) + power.detectable_text(paired, 100.0)  # undecided: what n could show
 
 
 def test_sampling_text(runs: list[list[dict[str, Any]]], signs: tuple[int, ...]) -> str:

@@ -32,6 +32,8 @@ EXPERIMENT = "evaluate"
 DEFAULT_BASELINES = ("transformer", "s4d-legs")
 # Built-in layers: (the CPU-scale config they take their own fields from, the name the tables print).
 BUILTIN = {"transformer": ("transformer", "Transformer"), "s4d-legs": ("s4", "S4D")}
+# A built-in layer's settings on top of its CPU-scale config: the paper's Transformers use rotary positions.
+PAPER_SETTINGS = {"transformer": ["model.pos_encoding=rotary"]}
 # The shared backbone every model of the comparison gets (the CPU-scale configs' model section minus the
 # fields of one layer), so two models differ in their sequence layer alone.
 BACKBONE_FIELDS = ("model.d_model", "model.n_layers", "model.d_ff", "model.pooling")
@@ -69,6 +71,11 @@ def model_overrides(model: Entry, task: str, task_path: str) -> list[str]:
     return base
 
 
+def own_settings(name: str, per_model: dict[str, list[str]]) -> list[str]:
+    """A model's own overrides: those given for it, else the paper's (PAPER_SETTINGS)."""
+    return per_model[name] if name in per_model else PAPER_SETTINGS.get(name, [])
+
+
 def is_layer_option(override: str) -> bool:
     """model.options.<key>=... (or <stage>.model.options.<key>=...)."""
     parts = override.partition("=")[0].split(".")
@@ -92,7 +99,8 @@ def grid(model: Entry, task: str, task_path: str, overrides: list[str]) -> tuple
         return space, f"search_spaces/{task}/{model.name}.yaml"
     n_train = registry.get_task(task, task_path).split_sizes(seed=0)["train"]
     paper = spaces.paper_space(task, model.name, n_train)
-    return {s: {"params": sp.params, "points": sp.points} for s, sp in paper.stages.items()}, paper.path
+    return {**{s: {"params": sp.params, "points": sp.points} for s, sp in paper.stages.items()},
+            "limits": paper.limits}, paper.path
 
 
 def cells(models: list[Entry], task: str, task_path: str, seeds: list[int], extra: list[str],
@@ -101,7 +109,7 @@ def cells(models: list[Entry], task: str, task_path: str, seeds: list[int], extr
     """Every (model, seed) cell, baselines first as the paper's tables; and one line per model on its grid."""
     out, grids = [], []
     for model in models:
-        overrides = model_overrides(model, task, task_path) + per_model.get(model.name, []) + shared(model, extra)
+        overrides = model_overrides(model, task, task_path) + own_settings(model.name, per_model) + shared(model, extra)
         if smoke:
             overrides += settings.SMOKE_COMMON
         space, source = grid(model, task, task_path, overrides)
@@ -127,16 +135,18 @@ def tied_cell(task: str, model: Entry, overrides: list[str], labels: dict, space
     return Cell(key=f"{task}-{model.key}-tied-s{labels['seed']}",
                 labels={**labels, "compute": "tied", "row": f"{model.display} scratch, {steps} steps"},
                 overrides=tuple(overrides + [f"optim.max_steps={steps}"]), stages=("scratch",),
-                space={"scratch": space["scratch"]})
+                space={"scratch": space["scratch"], **{k: v for k, v in space.items() if k == "limits"}})
 
 
 def build_plan(model: str, task: str, baselines: list[str] | tuple[str, ...] = DEFAULT_BASELINES,
                seeds: list[int] | None = None, overrides: list[str] | None = None, task_path: str = "",
                smoke: bool = False, compute_tied: bool = False, per_model: dict[str, list[str]] | None = None,
-               selection_seeds: tuple[int, ...] = (), title: str | None = None, fixed: str | None = None) -> Plan:
+               selection_seeds: tuple[int, ...] | None = None, title: str | None = None,
+               fixed: str | None = None) -> Plan:
     """The plan of `model` against `baselines` on `task` (cells: models x seeds). `per_model`: overrides of one
-    model alone (the Transformer's positions); `selection_seeds`: the seeds whose validation numbers chose the
-    settings, reported apart from the confirmation seeds."""
+    model alone, in place of its PAPER_SETTINGS (the Transformer's positions); `selection_seeds`: the seeds whose
+    validation numbers chose the settings, reported apart from the confirmation seeds (default: on UCR OSULeaf the
+    seeds the built-in grids were chosen on, elsewhere none)."""
     names = [b for b in baselines if b != model] + [model]
     if len(set(names)) != len(names):
         raise UserError(f"--baselines {' '.join(baselines)} names a model twice; name each once")
@@ -146,8 +156,10 @@ def build_plan(model: str, task: str, baselines: list[str] | tuple[str, ...] = D
     extra = list(overrides or [])
     for name in names:  # every name and the layers' contracts, before any cell is made
         registry.check_names(load_config(None, model_overrides(entry(name), task, task_path)
-                                         + (per_model or {}).get(name, []) + shared(entry(name), extra)))
+                                         + own_settings(name, per_model or {}) + shared(entry(name), extra)))
     seeds = list(seeds or [0])
+    if selection_seeds is None:  # the built-in grids of the CPU-scale task were chosen on these seeds' validation
+        selection_seeds = settings.MAIN_JOB_SELECTION_SEEDS if task == settings.CPU_TASK and not task_path else ()
     plan_cells, grids = cells(models, task, task_path, seeds, extra, per_model or {}, smoke, compute_tied,
                               selection_seeds)
     candidate, others = models[-1].display, [m.display for m in models[:-1]]

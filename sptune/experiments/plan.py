@@ -25,8 +25,9 @@ class Cell:
     labels: dict[str, Any]  # table coordinates (task, model, seed, axis values, display column ...)
     overrides: tuple[str, ...]  # config overrides; `pretrain.optim.max_steps=...` targets one stage
     stages: tuple[str, ...] = STAGES
-    # Nuisance search space {stage: {"params": {key: [values]}, "points": [{key: value}]}}; None = the
-    # project's search_spaces/<task>/<model>.yaml (tune) / the config's own values (plain).
+    # Nuisance search space {stage: {"params": {key: [values]}, "points": [{key: value}]}, and optionally
+    # "limits": {key: [low, high]}}; None = the project's search_spaces/<task>/<model>.yaml (tune) / the config's
+    # own values (plain).
     space: dict[str, Any] | None = None
     paper: dict[str, dict[str, Any]] = field(default_factory=dict)  # arm -> {"value", "source"}
 
@@ -117,8 +118,9 @@ def study_space(cell: Cell, cell_dir: Path):
     if cell.space is None:
         return None
     cfg = load_config(None, list(cell.overrides))
-    filler = next(iter(cell.space.values()))
+    filler = next(v for k, v in cell.space.items() if k in STAGES)
     data = {"task": cfg.task.name, "model": cfg.model.name, "num_samples": 1000, "max_concurrent": 2,
             "resources": {"workers": 1, "cpus_per_worker": 1, "gpus_per_worker": 0},
-            "stages": {s: cell.space.get(s, filler) for s in STAGES}}
+            "stages": {s: cell.space.get(s, filler) for s in STAGES},
+            **({"limits": cell.space["limits"]} if "limits" in cell.space else {})}  # how far grids may extend
     return spaces.parse(data, f"{cell_dir} (the space of cell {cell.key})")

@@ -1,7 +1,7 @@
 """One report over an experiment's seeds run in several directories (`sptune report DIR DIR ...`): a grid
 experiment (the main job's confirmation) or a fraction experiment (data_fractions).
 
-A confirmation on many seeds outlasts a working session on a small machine, and a run directory does not
+A confirmation on many seeds takes many hours on a small machine, and a run directory does not
 outlive the machine it ran on. So the seeds run in batches, and each batch keeps a record small enough to
 commit: its plan.json and summary.csv (one row per arm: the test metric, the selected lr, the costs). The
 pooled report reads each batch's arms, from its cells where they are still on disk (test-set resampling needs
@@ -18,7 +18,7 @@ from typing import Any
 
 from sptune import files
 from sptune.errors import UserError
-from sptune.experiments import report
+from sptune.experiments import looks, report
 from sptune.experiments.plan import Cell, Plan, load_plan
 from sptune.experiments.run import experiment_rows
 
@@ -95,8 +95,9 @@ def seeds_text(cells: list[Cell]) -> str:
     return ", ".join(map(str, seeds)) or "none"
 
 
-def pooled(experiment_dirs: list[str | Path]) -> list[str]:
-    """The pooled report's lines (markdown): the batches, then the experiment's sections over all their arms."""
+def pooled(experiment_dirs: list[str | Path], design: str | Path | None = None) -> list[str]:
+    """The pooled report's lines (markdown): the batches, then the experiment's sections over all their arms, then
+    the sequential looks where a design is declared (`design`, else a design.json of the batches: looks.py)."""
     batches = [(Path(d).resolve(), load_plan(d)) for d in experiment_dirs]
     check_same_settings(batches)
     first = batches[0][1]
@@ -116,4 +117,5 @@ def pooled(experiment_dirs: list[str | Path]) -> list[str]:
     else:
         table, rest = report.grid_sections(arm_rows, first.layout)
         sections = table + rest
-    return lines + [""] + sections + report.not_completed_lines(arm_rows)
+    found = looks.find_design(experiment_dirs, design)
+    return lines + [""] + sections + report.not_completed_lines(arm_rows) + looks.lines(arm_rows, first.layout, found)

@@ -81,7 +81,7 @@ CPU_MODELS = {"transformer": ("transformer", "Transformer"), "s4": ("s4d-legs", 
 # others, and the scaling studies' --cpu (model_sizes, data_fractions, spt_ratio) run on it.
 FIRST_SELECTION_SEEDS = (0,)
 MAIN_JOB_SELECTION_SEEDS = (0, 1, 2, 3, 4, 5)
-# The scaling studies on the current setting (issue 28): ten seeds that chose nothing, and pretraining for up to
+# The scaling studies on the current setting: ten seeds that chose nothing, and pretraining for up to
 # 1000 steps (the main job: 200; the configs' rule, 100 steps without a validation gain, rarely ends it). A budget,
 # not a plateau: on selection seed 0 each doubling to 4000 steps lowered the pretraining validation loss by ~22%,
 # and the finetuned validation moved by at most one series (docs/main-job-selection.md, probe 11).

@@ -124,7 +124,8 @@ def library_version(backend: str) -> str:
 def run_child(backend: str, device: torch.device, timeout_s: float) -> Probe:
     """Run the check in `python -c _CHILD`; kill it (and whatever it started) after timeout_s."""
     command = [sys.executable, "-c", _CHILD, json.dumps(sys.path), backend, str(device)]
-    # A session of its own: on timeout the whole group is killed, compilers the backend started included.
+    # Its own process group (start_new_session): on timeout the whole group is killed, compilers the backend
+    # started included.
     with subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True, start_new_session=True) as child:
         try:

@@ -7,12 +7,15 @@ tensors so models never import tasks.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import torch
+
+from sptune.errors import UserError
 
 # Token ids shared by every token task: 0 pads, 1 is the <mask> of masked denoising (§2).
 PAD_ID = 0
@@ -42,6 +45,8 @@ class Split:
         return Split(self.inputs[index], self.targets[index], self.lengths[index])
 
 
+# load(task, data_dir, seed) -> splits; `seed` is the run's. A task whose val split is drawn from train by
+# sptune draws it with task.extras["split_seed"], which Task.load sets to the run seed under task.resample_splits.
 Loader = Callable[["Task", Path, int], dict[str, Split]]
 # verify(task, data_dir) -> list of problems, each naming the missing/malformed path and the fix ([] = ok)
 Verifier = Callable[["Task", Path], list[str]]
@@ -70,6 +75,8 @@ class Task:
     extras: dict = field(default_factory=dict)  # task-specific loader settings
     verifier: Verifier | None = None
     preparer: Preparer | None = None
+    # val is drawn from train here (keyed by extras["split_seed"]), so task.resample_splits can redraw it per run
+    resamplable: bool = False
 
     @property
     def is_regression(self) -> bool:
@@ -84,8 +91,13 @@ class Task:
         base = Path(root) if root else data_root()
         return base / self.data_subdir if self.data_subdir else cache_root() / self.name
 
-    def load(self, root: str | os.PathLike | None = None, seed: int = 0) -> dict[str, Split]:
-        return self.loader(self, self.data_dir(root), seed)
+    def load(self, root: str | os.PathLike | None = None, seed: int = 0, resample: bool = False) -> dict[str, Split]:
+        """The splits; `resample` (task.resample_splits): train / val drawn from `seed`, the run's (test fixed)."""
+        if not resample:
+            return self.loader(self, self.data_dir(root), seed)
+        check_resample(self)
+        drawn = dataclasses.replace(self, extras={**self.extras, "split_seed": seed})
+        return drawn.loader(drawn, drawn.data_dir(root), seed)
 
     def declared_sizes(self) -> dict[str, int] | None:
         """Split sizes a generated task fixes in its settings (extras num_train / num_val / num_test)."""
@@ -97,6 +109,16 @@ class Task:
         """{"train", "val", "test"} example counts: declared, else read from the data (a UserError names
         missing data and how to get it)."""
         return self.declared_sizes() or {split: len(data) for split, data in self.load(root, seed).items()}
+
+
+def check_resample(task: Task) -> None:
+    """A one-line UserError unless `task` can draw its train / val split from the run seed."""
+    if not task.resamplable:
+        where = f" ({task.data_subdir})" if task.name == "files" else ""
+        given = " (its files give a val split)" if task.name == "files" else ""
+        raise UserError(f"task.resample_splits=true: task '{task.name}'{where} has its train / val / test splits "
+                        f"fixed by its source{given}, so a seed cannot redraw them; drop task.resample_splits (it "
+                        f"applies to tasks whose val split sptune draws from train: ucr-*, files without a val split)")
 
 
 def data_root() -> Path:

@@ -22,8 +22,9 @@ What the files decide:
     targets float    regression, metric r2.
 
 Masked SPT defaults follow the paper (§2): 15% with cross-entropy for tokens, 25% with L1 for
-continuous inputs. Without a val split, val is 20% of train drawn once with seed 0 (stratified by
-class for classification), never the run seed, so every run and seed of the task shares one split.
+continuous inputs. Without a val split, val is 20% of train drawn with seed 0 (stratified by class
+for classification), so every run and seed of the task shares one split; with task.resample_splits=true
+each run draws it with its run seed instead (test stays the files'). A given val split is never redrawn.
 
 `verify_dir` lists every problem (`sptune data verify DIR` prints them); `load_files_task` refuses a
 directory with any. Converted splits are kept in the array cache (sptune.tasks.cache), keyed by the
@@ -448,18 +449,18 @@ def _id_dtype(vocab_size: int) -> type:
     return next(t for t in (np.int16, np.int32, np.int64) if vocab_size - 1 <= np.iinfo(t).max)
 
 
-def _val_rows(targets: np.ndarray, classification: bool) -> tuple[np.ndarray, np.ndarray, str]:
-    """(kept, held-out) sorted train rows and how they were drawn: "stratified" or "random"."""
+def _val_rows(targets: np.ndarray, classification: bool, seed: int = SPLIT_SEED) -> tuple[np.ndarray, np.ndarray, str]:
+    """(kept, held-out) sorted train rows, drawn with `seed`, and how: "stratified" or "random"."""
     from sklearn.model_selection import train_test_split
 
     rows = np.arange(len(targets))
     if classification:
         try:
-            keep, held = train_test_split(rows, test_size=VAL_FRACTION, random_state=SPLIT_SEED, stratify=targets)
+            keep, held = train_test_split(rows, test_size=VAL_FRACTION, random_state=seed, stratify=targets)
             return np.sort(keep), np.sort(held), "stratified"
         except ValueError:  # a class with a single example, or fewer val rows than classes
             pass
-    keep, held = train_test_split(rows, test_size=VAL_FRACTION, random_state=SPLIT_SEED)
+    keep, held = train_test_split(rows, test_size=VAL_FRACTION, random_state=seed)
     return np.sort(keep), np.sort(held), "random"
 
 
@@ -491,7 +492,8 @@ def _stamp(path: Path) -> tuple:
 
 
 def load_files(task: Task, data_dir: Path, seed: int) -> dict[str, Split]:
-    """train / val / test of the files in data_dir; `seed` (the run's) does not change the splits."""
+    """train / val / test of the files in data_dir. A val split drawn from train uses extras["split_seed"]
+    (SPLIT_SEED, or the run seed under task.resample_splits, which Task.load sets); `seed` is not read."""
     current = load_files_task(data_dir)
     if _signature(current) != _signature(task):
         raise UserError(f"the files in {data_dir} changed since the task was read ({current.description}); "
@@ -502,14 +504,14 @@ def load_files(task: Task, data_dir: Path, seed: int) -> dict[str, Split]:
         splits = {split: _convert(raw, task) for split, raw in raws.items()}
         if "val" not in splits:
             inputs, targets, lengths = splits["train"]
-            keep, held, _ = _val_rows(targets, not task.is_regression)
+            keep, held, _ = _val_rows(targets, not task.is_regression, task.extras["split_seed"])
             splits["train"] = inputs[keep], targets[keep], lengths[keep]
             splits["val"] = inputs[held], targets[held], lengths[held]
         for split, arrays in splits.items():
             for name, array in zip(COLUMNS, arrays):
                 writer.save(f"{split}_{name}", array)
 
-    settings = {"val_fraction": VAL_FRACTION, "split_seed": SPLIT_SEED, "token_offset": OFFSET}
+    settings = {"val_fraction": VAL_FRACTION, "split_seed": task.extras["split_seed"], "token_offset": OFFSET}
     arrays = cache.cached_arrays(task.name, _data_files(Path(data_dir)), settings, build)
     return {split: cache.to_split(arrays, split) for split in SPLITS}
 
@@ -564,7 +566,7 @@ def _build(path: Path, fmt: str, raws: dict[str, _Raw]) -> Task:
         extras={"format": fmt, "val_from_train": "val" not in raws, "val_split": val_split,
                 "val_fraction": VAL_FRACTION, "split_seed": SPLIT_SEED,
                 **{f"num_{split}": sizes[split] for split in SPLITS}},
-        verifier=_verify,
+        verifier=_verify, resamplable="val" not in raws,
     )
     return dataclasses.replace(task, description=describe(task))
 

@@ -8,8 +8,8 @@ sktime/datasets/data/<name>/<name>_{TRAIN,TEST}.ts; they are found with importli
 own loaders, which import its heavy dependencies.
 
 Splits: test = the archive's TEST file (what the archive's published accuracies are measured on);
-validation = a stratified, fixed-seed share of TRAIN (`val_fraction` of each class, keyed by the task's
-split seed, never the run seed), train = the rest. Every series is z-normalised on its own (mean 0,
+validation = a stratified, seeded share of TRAIN (`val_fraction` of each class, keyed by the task's
+split seed 0, or by the run seed under task.resample_splits=true), train = the rest. Every series is z-normalised on its own (mean 0,
 std 1), as the UCR archive defines its series. Inputs are continuous (N, L, 1), so masked SPT uses the
 L1 loss on masked values (paper §3.7: continuous inputs), at the 25% ratio of the other signal tasks
 (Appendix C.3).
@@ -75,7 +75,8 @@ def read_parts(dataset: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 
 
 def load_ucr(task: Task, data_dir: Path, seed: int) -> dict[str, Split]:
-    """train / val (stratified from TRAIN) / test (TEST); `seed` (the run's) does not change the splits."""
+    """train / val (stratified from TRAIN with extras["split_seed"]: the task's 0, or the run seed under
+    task.resample_splits, which Task.load sets) / test (TEST, whatever the seed)."""
     extras = task.extras
     sources = [archive_file(extras["dataset"], part) for part in PARTS]
 
@@ -104,7 +105,7 @@ def _label_order(label: str) -> tuple[int, float | str]:
 def _task(name: str, dataset: str, seq_len: int, num_classes: int, description: str) -> Task:
     return Task(
         name=name, seq_len=seq_len, input_kind="continuous", num_classes=num_classes, metric="accuracy",
-        mask_ratio=0.25, pretrain_loss="l1", loader=load_ucr, channels=1,
+        mask_ratio=0.25, pretrain_loss="l1", loader=load_ucr, channels=1, resamplable=True,
         description=description + " From the sktime wheel's UCR files; val = stratified 20% of TRAIN, test = TEST.",
         extras={"dataset": dataset, "val_fraction": 0.2, "split_seed": 0},
     )

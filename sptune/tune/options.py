@@ -27,7 +27,7 @@ class Options:
     asha: bool | None = None
     # a stage's best at a grid edge runs the next value out (records.bracketing); None: the search-space
     # file's extend_grids, else on (off under --smoke, a plumbing check). A grid that does not bracket its best
-    # decides nothing (issue 28).
+    # decides nothing.
     extend_grids: bool | None = None
     sampler: str | None = None
     seed: int | None = None

@@ -111,7 +111,9 @@ def paper_space(task: str, model: str, n_train: int) -> SearchSpace:
               **{s: StageSpace(dict(searched), [dict(first)]) for s in ("finetune", "scratch")}}
     path = (f"the paper's grid (App. C.1): lr {PAPER_LRS} x batch {batches} (the batches {n_train} training "
             f"examples hold {BATCHES_PER_SPLIT} times)")
-    return SearchSpace(path=path, stages=stages, task=task, model=model, num_samples=len(PAPER_LRS) * len(batches))
+    # A batch larger than the training split is the same full batch again: its grid extends no further.
+    return SearchSpace(path=path, stages=stages, task=task, model=model, num_samples=len(PAPER_LRS) * len(batches),
+                       limits={"optim.batch_size": [1, n_train]})
 
 
 def installed_search_spaces() -> Path | None:

@@ -1,4 +1,4 @@
-"""The config walk (issue 27): which files a study's config is handled in, from sptune.api.run_study.
+"""The config walk: which files a study's config is handled in, from sptune.api.run_study.
 
     python tools/config_walk/walk.py                       # the smoke study of configs/listops_mini_transformer.yaml
     python tools/config_walk/walk.py --config configs/ucr_osuleaf_s4.yaml

@@ -224,7 +224,7 @@ class CellsSearcher(Searcher):
 def proposal_order(cells: list[str], lookahead: int = 1) -> Iterator[tuple[str, str]]:
     """Every cell's finetuning first (it ends a cell), then cell by cell in the given order (run_cells: seed
     by seed), each cell's pretraining `lookahead` cells early (cells_ahead). So the cells finish one after
-    another, and a batch stopped part-way (a time budget, a session that ends) keeps whole cells, and whole
+    another, and a batch stopped part-way (a time budget, a Ctrl-C, a killed driver) keeps whole cells, and whole
     seeds, but for the pretraining of the next `lookahead` cells, rather than every cell part-way."""
     yield from ((cell, PRIORITY[0]) for cell in cells)
     places = {(cell, stage): (index - lookahead if stage == "pretrain" else index, PRIORITY.index(stage))
@@ -237,8 +237,9 @@ def cells_ahead(cluster: dict[str, float], request: dict[str, float], max_concur
     slots holds pretraining trials (at least 1). The SPT arm is a cell's longer chain (pretraining, then
     finetuning); proposed strictly cell by cell, the last cells' finetuning ran alone at the end of a run while
     the other slots sat idle, and a one-cell lead still left it there whenever Tune started a trial out of
-    order (docs/experiments.md, "Measured"). `cluster`: ray.cluster_resources() when the run starts (an
-    autoscaler's later nodes are not counted); `request`: one trial's resources."""
+    order (docs/benchmarks.md, "The engine: driver scale and slot utilization"). `cluster`:
+    ray.cluster_resources() when the run starts (an autoscaler's later nodes are not counted); `request`: one
+    trial's resources."""
     slots = min((int(cluster.get(kind, 0) // amount) for kind, amount in request.items() if amount > 0), default=0)
     return max(1, math.ceil(slots / max(1, max_concurrent)))
 

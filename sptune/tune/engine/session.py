@@ -4,7 +4,7 @@ benchmarks all enter Ray through `ray_session`.
     with ray_session(run_dir, address):   # a study directory or an experiment directory
         ...                               # Tune / Train work
 
-A session already initialized (a test, a notebook, an experiment running its cells' studies) is
+A Ray session already initialized (a test, a notebook, an experiment running its cells' studies) is
 reused as it is. Otherwise the session joins `address` (or $RAY_ADDRESS, set inside `ray job submit`
 jobs), or starts a local Ray instance whose processes carry the directory's tag in their environment,
 so that a later run can find and stop what a killed driver left behind (and only that: other Ray
@@ -38,7 +38,7 @@ TAG_ENV = "SPTUNE_RAY_TAG"  # marks every process of a directory's local Ray ins
 @contextmanager
 def joined_cluster(address: str) -> Iterator[None]:
     """A running Ray cluster, joined for work that has no run directory (`sptune doctor --address`) and
-    left on exit; a session already initialized is used as it is and left running."""
+    left on exit; a Ray session already initialized is used as it is and left running."""
     import ray
 
     if ray.is_initialized():

@@ -75,6 +75,22 @@ def attach(results_dir: Path, prefix: str) -> str:
     return uri
 
 
+def attach_or_pull(results_dir: Path, prefix: str) -> str:
+    """A results folder a command reruns with --storage: attached on the first run, pulled back from the storage
+    when the folder is gone (a lost head), kept as it is when it is already mirrored there. Returns its URI."""
+    results_dir = Path(results_dir).resolve()
+    mirror = mirror_of(results_dir)
+    if mirror is not None:
+        return mirror.uri
+    uri = f"{prefix.rstrip('/')}/{results_dir.name}"
+    fs, path = filesystem(uri)
+    if _listing(fs, path) and not (results_dir.exists() and any(results_dir.iterdir())):
+        pull(uri, results_dir)
+        return uri
+    results_dir.mkdir(parents=True, exist_ok=True)
+    return attach(results_dir, prefix)
+
+
 def mirror_of(results_dir: Path) -> Mirror | None:
     """The folder's mirror when it has durable storage, else None."""
     record = results_dir / STORAGE

@@ -67,7 +67,7 @@ def stopped_result(run_dir: Path, stage: str, world: int = 1) -> dict[str, Any]:
     if cfg.run.num_threads > 0:
         torch.set_num_threads(cfg.run.num_threads)
     device = torch.device("cuda" if cfg.run.device != "cpu" and torch.cuda.is_available() else "cpu")
-    splits = task.load(cfg.task.data_dir or None, seed=cfg.run.seed)
+    splits = task.load(cfg.task.data_dir or None, seed=cfg.run.seed, resample=cfg.task.resample_splits)
     pretraining = stage == "pretrain"
     masked_continuous = pretraining and cfg.objective.kind == "masked" and task.input_kind == "continuous"
     model = build_pretrain_model(cfg.model, cfg.objective, task, mask_channel=masked_continuous) if pretraining \
