@@ -334,7 +334,7 @@ ARMS = (("Transformer", "scratch"), ("Transformer", "masked"), ("S4D", "scratch"
 ARM_NAMES = ("T scratch", "T SPT", "S4D scratch", "S4D SPT")
 # name -> sign of each arm (ARMS order), as sptune.experiments.endpoints defines them (gap change: the primary one)
 ENDPOINTS = {"gap change": (1, -1, -1, 1), "S4D SPT gain": (0, 0, -1, 1), "T SPT gain": (-1, 1, 0, 0),
-             "gap under scratch": (-1, 0, 1, 0), "gap under SPT": (0, -1, 0, 1)}
+             "gap, scratch": (-1, 0, 1, 0), "gap, SPT": (0, -1, 0, 1)}  # gaps: S4D - Transformer
 RECORD_SEED_COUNTS = (3, 5, 10, 20)
 HERMITE = np.polynomial.hermite_e.hermegauss(40)  # nodes and weights for E[f(Z)], Z standard normal
 
@@ -347,17 +347,6 @@ def psd(matrix: np.ndarray, power: float = 1.0) -> np.ndarray:
     """A symmetric matrix's nearest positive semi-definite one (negative eigenvalues to 0), to `power`."""
     values, vectors = np.linalg.eigh((matrix + matrix.T) / 2)
     return (vectors * np.clip(values, 0.0, None) ** power) @ vectors.T
-
-
-def anova(d: np.ndarray) -> tuple[float, float, float]:
-    """(σ²_seed, σ²_example, σ²_residual) of an n seeds x m examples table (moments, as stats.crossed_interval)."""
-    n, m = d.shape
-    grand = d.mean()
-    ms_seed = m * ((d.mean(1) - grand) ** 2).sum() / (n - 1)
-    ms_example = n * ((d.mean(0) - grand) ** 2).sum() / (m - 1)
-    residual = d - d.mean(1, keepdims=True) - d.mean(0, keepdims=True) + grand
-    ms_residual = (residual ** 2).sum() / ((n - 1) * (m - 1))
-    return (ms_seed - ms_residual) / m, (ms_example - ms_residual) / n, ms_residual
 
 
 def endpoint_moments(hits: np.ndarray) -> dict[str, tuple[float, float]]:
@@ -422,7 +411,8 @@ def fit_design(name: str, pattern: str) -> RecordModel:
       shrunk to remove the rate's own sampling noise (cov over examples minus the mean within-example covariance
       of the outcomes / seeds, mapped by the linear transform that gives the rates that covariance), in [0, 1];
     - the seed effects' covariance on the logit scale: the accuracies' seed covariance minus the Bernoulli part,
-      divided by each arm's mean p(1 - p) (first order), then corrected twice against simulated seeds."""
+      divided by each arm's mean p(1 - p) (first order); then, three times, each arm's rates shifted on the logit
+      scale to the arm's mean over every seed, and the covariance corrected against simulated seeds."""
     sources, by_seed = read_design(pattern)
     seeds = sorted(s for s, arms in by_seed.items() if all(a in arms for a in ARMS))
     if len(seeds) < 3:
@@ -439,15 +429,19 @@ def fit_design(name: str, pattern: str) -> RecordModel:
     transform = psd(target, 0.5) @ np.linalg.pinv(psd(observed, 0.5))
     mean = rates.mean(1, keepdims=True)
     examples = np.clip(mean + transform @ (rates - mean), 1e-6, 1 - 1e-6)
-    model = RecordModel(name, sources, len(seeds), h, examples, np.zeros((4, 4)), acc, endpoint_moments(hits))
-    slope = np.diag(1.0 / (examples * (1 - examples)).mean(1))
+    per_example = endpoint_moments(hits)  # their SD over seeds: from every seed's accuracies instead
+    moments = {key: (per_example[key][0], float((acc @ np.array(signs)).std(ddof=1))) for key, signs in ENDPOINTS.items()}
+    model = RecordModel(name, sources, len(seeds), h, examples, np.zeros((4, 4)), acc, moments)
+    slope = 1.0 / (examples * (1 - examples)).mean(1)  # (4,) d logit / d accuracy, first order
     wanted = np.cov(acc.T)
-    model.seed_cov = psd(slope @ (wanted - np.diag((examples * (1 - examples)).mean(1)) / examples.shape[1]) @ slope)
+    model.seed_cov = psd(np.diag(slope) @ (wanted - np.diag(1 / slope) / examples.shape[1]) @ np.diag(slope))
     check = np.random.default_rng(12345)
     everything = np.arange(examples.shape[1])
-    for _ in range(2):  # correct the first-order map against simulated seeds on the records' test set
+    for _ in range(3):
+        shift = slope * (acc.mean(0) - model.expected().mean(1))
+        model.examples = np.clip(expit(model.logits + shift[:, None]), 1e-6, 1 - 1e-6)
         simulated = np.cov(model.hits(4000, everything, check).mean(2).T)
-        model.seed_cov = psd(model.seed_cov + slope @ (wanted - simulated) @ slope)
+        model.seed_cov = psd(model.seed_cov + np.diag(slope) @ (wanted - simulated) @ np.diag(slope))
     return model
 
 
@@ -475,7 +469,7 @@ def describe_model(model: RecordModel) -> list[str]:
            f"{correlations(np.cov(acc.T))}"]
     for name in ENDPOINTS:
         (rec_example, rec_seed), (mod_example, mod_seed) = model.record_moments[name], moments[name]
-        out.append(f"  {name:18s} per-example SD of d_ij {rec_example:.2f} (model {mod_example:.2f}); SD over seeds "
+        out.append(f"  {name:12s} per-example SD of d_ij {rec_example:.2f} (model {mod_example:.2f}); SD over seeds "
                    f"{rec_seed / POINT:.1f} points (model {mod_seed / POINT:.1f})")
     return out
 
@@ -516,7 +510,7 @@ def record_cells(model: RecordModel, n: int, replicates: int, rng: np.random.Gen
                   Cell(name, f"{model.name}: with test-set sampling", n, True,
                        {"all": counts[name]["test"] / replicates}, f"median half-width {half['test']:.1f}"),
                   Cell(name, f"{model.name}: paired_t vs the population truth", n, False,
-                       {"all": counts[name]["contrast"] / replicates}, "", contrast=True)]
+                       {"all": counts[name]["contrast"] / replicates}, "the seed interval above", contrast=True)]
     return cells
 
 
@@ -567,7 +561,8 @@ def main() -> None:
             cells += simultaneous_cells(noise, n, replicates, rng)
             print(line(cells[-2]), line(cells[-1]), sep="\n", flush=True)
     print("the main job's endpoints (sptune.experiments.endpoints: S4D vs Transformer on ucr-osuleaf, scratch and "
-          "SPT), noise estimated from the kept records; per-example SD of d_ij in the test-set gain rows above: "
+          "SPT), noise estimated from the kept records, each design's estimates beside what its model gives back")
+    print("per-example SD of d_ij in the test-set gain rows above, for comparison: "
           + ", ".join(f"{p.name} {example_sd(p):.2f}" for p in POPULATIONS))
     for name, pattern in RECORD_DESIGNS:
         model = fit_design(name, pattern)

@@ -296,6 +296,9 @@ def validate(cfg: Config) -> None:
     if cfg.task.resample_splits and folds:
         raise UserError(f"task.resample_splits=true with task.val_folds={folds}: the folds pool train and val, so a "
                         f"redrawn split changes nothing; use one of the two")
+    if cfg.task.resample_splits and cfg.run.seed < 0:
+        raise UserError(f"task.resample_splits=true draws the train / val split from run.seed, which must then be "
+                        f">= 0, got {cfg.run.seed}")
     if not 0.0 < cfg.task.train_fraction <= 1.0:
         raise UserError(f"task.train_fraction={cfg.task.train_fraction} must be in (0, 1]")
     ratio = cfg.objective.mask_ratio

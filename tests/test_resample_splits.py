@@ -68,6 +68,8 @@ def test_a_task_with_fixed_splits_refuses_resampling_in_one_line():
     registry.check_names(config.load(None, ["task.name=ucr-osuleaf", "task.resample_splits=true"]))  # accepted
     with pytest.raises(UserError, match="val_folds"):
         config.load(None, ["task.name=ucr-osuleaf", "task.resample_splits=true", "task.val_folds=3"])
+    with pytest.raises(UserError, match="run.seed"):
+        config.load(None, ["task.name=ucr-osuleaf", "task.resample_splits=true", "run.seed=-1"])
 
 
 def test_the_fingerprint_changes_only_when_resampling_is_set():
