@@ -236,11 +236,14 @@ def test_the_python_api_returns_the_architecture_table(layers, tmp_path):
     data = write_files_task(tmp_path / "bumps")
     frame = sptune.evaluate(model="my_layers:make", task="files", task_path=str(data), baselines=["transformer"],
                             seeds=[0, 1], smoke=True, dir=tmp_path / "evaluated")
-    row = frame.set_index(["quantity", "model"]).loc
+    def row(quantity, model):
+        (found,) = frame[(frame["quantity"] == quantity) & (frame["model"] == model)].to_dict("records")
+        return found
+
     assert set(frame["quantity"]) == {"scratch", "SPT", "SPT gain", "gap", "gap change"}
-    gain = row[("SPT gain", "make")]
-    assert gain["n"] == 2 and gain["low"] < gain["mean"] < gain["high"]
-    assert math.isclose(gain["mean"], row[("SPT", "make")]["mean"] - row[("scratch", "make")]["mean"], abs_tol=1e-9)
+    gain = row("SPT gain", "make")
+    assert gain["n"] == 2 and math.isfinite(gain["low"]) and gain["low"] <= gain["mean"] <= gain["high"]
+    assert math.isclose(gain["mean"], row("SPT", "make")["mean"] - row("scratch", "make")["mean"], abs_tol=1e-9)
     gaps = frame[frame["quantity"] == "gap"]
     assert set(zip(gaps["model"], gaps["baseline"], gaps["init"])) == {("make", "Transformer", "scratch"),
                                                                         ("make", "Transformer", "SPT")}

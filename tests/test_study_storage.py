@@ -250,7 +250,7 @@ def test_an_evaluation_is_mirrored_and_pulled_back_when_its_folder_is_gone(s3, t
     deleted (a lost head), the same command pulls it back and finds every cell finished, training nothing."""
     uri = "s3://studies/team"
     folder = tmp_path / "evaluated"
-    command = ["evaluate", "--model", "s4d-legs", "--baselines", "transformer", "--task", "listops-mini", "--smoke",
+    command = ["evaluate", "--model", "s4d-legs", "--baselines", "transformer", "--task", "ucr-osuleaf", "--smoke",
                "--dir", folder, "--storage", uri]
     first = finished(sptune(s3, *command), study_dir=folder)
     assert "mirrored to s3://studies/team/evaluated" in first
