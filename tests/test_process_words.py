@@ -1,6 +1,6 @@
 """The project speaks of itself only: its code, tests, benchmarks, tools, studies, configs and docs say what the
 code does and why (citing the paper where it is the reason), never how the project was built: no tracker
-numbers, no working sittings or borrowed machines, no dated history in comments and docstrings.
+numbers, no accounts of when and where the work was done, no dated history in comments and docstrings.
 
 `process_words(text, path)` is the check, one file at a time; `test_the_tree_speaks_of_itself_only` runs it on
 every tracked text file in scope, and `test_the_check_can_fail` shows it catches what it is meant to catch.

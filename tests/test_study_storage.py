@@ -64,7 +64,12 @@ def sptune(env, *args):
 
 def finished(proc, timeout=420, study_dir=None):
     """The command's output once it exited 0; else a failure showing its output and the study log's end."""
-    out = proc.communicate(timeout=timeout)[0]
+    try:
+        out = proc.communicate(timeout=timeout)[0]
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # its own session (sptune()): nothing it started outlives the test
+        proc.communicate()
+        raise
     log = study_dir / files.STUDY_LOG if study_dir else None
     tail = "\nstudy.log:\n" + log.read_text()[-5000:] if log and log.is_file() else ""
     assert proc.returncode == 0, out[-3000:] + tail
