@@ -67,7 +67,7 @@ def finished(proc, timeout=420, study_dir=None):
     try:
         out = proc.communicate(timeout=timeout)[0]
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # its own session (sptune()): nothing it started outlives the test
+        os.killpg(proc.pid, signal.SIGKILL)  # its process group (start_new_session): nothing it started outlives it
         proc.communicate()
         raise
     log = study_dir / files.STUDY_LOG if study_dir else None
