@@ -18,6 +18,7 @@ imported from outside an installed package (a directory on PYTHONPATH) and with 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import json
@@ -149,13 +150,20 @@ def installed(path: Path) -> bool:
     return any(path.resolve().is_relative_to(Path(root).resolve()) for root in roots if root)
 
 
+@functools.lru_cache(maxsize=1)
+def distributions() -> dict[str, list[str]]:
+    """Top-level module -> the installed distributions that ship it: a scan of every installed package's
+    metadata, done once per process (every run's fingerprint and provenance ask it)."""
+    return metadata.packages_distributions()
+
+
 def origin(obj: Any) -> dict[str, Any]:
     """Where a plug-in's code comes from: its import path, the distribution that ships it and its version,
     and a hash of its source (every .py file of its top-level package), so a changed layer is a new run."""
     module_name = getattr(obj, "__module__", None) or type(obj).__module__
     top = module_name.split(".")[0]
     qualname = getattr(obj, "__qualname__", None) or type(obj).__qualname__
-    distribution = metadata.packages_distributions().get(top, [None])[0]
+    distribution = distributions().get(top, [None])[0]
     return {"import_path": f"{module_name}:{qualname}", "package": distribution,
             "version": _version(distribution), "source_sha": source_hash(top)}
 
