@@ -9,12 +9,14 @@ have continued from the checkpoint the mirror carried, not from step 0. (That a 
 an uninterrupted one's is test_resume_study's; a pulled folder is that folder.)
 """
 
+import io
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 
 import pytest
@@ -153,8 +155,13 @@ def aws(s3, monkeypatch):
 
 
 def remote_files(uri):
+    """{relative path: bytes} the storage holds, Tune's snapshot unpacked to its files."""
     fs, root = storage.filesystem(uri)
-    return {relative: fs.open_input_stream(f"{root}/{relative}").read() for relative in storage._listing(fs, root)}
+    held = {relative: fs.open_input_stream(f"{root}/{relative}").read() for relative in storage._listing(fs, root)}
+    if storage.TUNE_STATE in held:
+        with tarfile.open(fileobj=io.BytesIO(held.pop(storage.TUNE_STATE))) as tar:
+            held.update({member.name: tar.extractfile(member).read() for member in tar.getmembers()})
+    return held
 
 
 def test_a_push_uploads_what_changed_and_removes_what_is_gone(tmp_path, aws):
@@ -181,12 +188,12 @@ def test_tune_state_is_uploaded_as_it_was_before_the_run_directories(tmp_path, a
     a push runs is in the storage's run directories, not yet in its Tune state."""
     folder = tmp_path / "study"
     (folder / "tune" / "run").mkdir(parents=True)
-    (folder / "tune" / "run" / "experiment_state.json").write_text("trial running")
+    (folder / "tune" / "run" / "experiment_state.json").write_text('"trial running"')
     uri = storage.attach(folder, "s3://studies/team")
     upload = storage.Mirror._upload
 
     def finishing_meanwhile(self, fs, root, relative):
-        (folder / "tune" / "run" / "experiment_state.json").write_text("trial finished")
+        (folder / "tune" / "run" / "experiment_state.json").write_text('"trial finished"')
         (folder / "pretrain" / "t1").mkdir(parents=True, exist_ok=True)
         (folder / "pretrain" / "t1" / "result.json").write_text("{}")
         return upload(self, fs, root, relative)
@@ -195,7 +202,7 @@ def test_tune_state_is_uploaded_as_it_was_before_the_run_directories(tmp_path, a
     (folder / "pretrain" / "log.txt").write_text("x")
     monkeypatch.setattr(storage.Mirror, "_upload", finishing_meanwhile)
     storage.mirror_of(folder).push()
-    assert remote_files(uri)["tune/run/experiment_state.json"] == b"trial running"
+    assert remote_files(uri)["tune/run/experiment_state.json"] == b'"trial running"'
 
 
 def test_tune_state_read_while_tune_writes_it_is_read_again(tmp_path, aws, monkeypatch):
@@ -203,8 +210,8 @@ def test_tune_state_read_while_tune_writes_it_is_read_again(tmp_path, aws, monke
     folder = tmp_path / "study"
     run = folder / "tune" / "run"
     run.mkdir(parents=True)
-    (run / "experiment_state.json").write_text("snapshot 1")
-    (run / "searcher-state.pkl").write_text("snapshot 1")
+    (run / "experiment_state.json").write_text('"snapshot 1"')
+    (run / "searcher-state.pkl").write_bytes(b"snapshot 1.")
     uri = storage.attach(folder, "s3://studies/team")
     read = storage.Mirror._read_tune_state
     calls = []
@@ -213,15 +220,16 @@ def test_tune_state_read_while_tune_writes_it_is_read_again(tmp_path, aws, monke
         calls.append(1)
         if len(calls) == 1:  # Tune's next snapshot lands while this read runs: the list read before it, the
             state = read(self)  # searcher after it
-            (run / "experiment_state.json").write_text("snapshot 2")
-            (run / "searcher-state.pkl").write_text("snapshot 2")
-            return {**state, "tune/run/searcher-state.pkl": b"snapshot 2"}
+            (run / "experiment_state.json").write_text('"snapshot 2"')
+            (run / "searcher-state.pkl").write_bytes(b"snapshot 2.")
+            return {**state, "tune/run/searcher-state.pkl": b"snapshot 2."}
         return read(self)
 
     monkeypatch.setattr(storage.Mirror, "_read_tune_state", tune_writing_meanwhile)
     storage.mirror_of(folder).push()
     stored = remote_files(uri)
-    assert stored["tune/run/experiment_state.json"] == stored["tune/run/searcher-state.pkl"] == b"snapshot 2"
+    assert stored["tune/run/experiment_state.json"] == b'"snapshot 2"'
+    assert stored["tune/run/searcher-state.pkl"] == b"snapshot 2."
 
 
 @pytest.mark.parametrize("uri, words", [("/tmp/x", "not an object-storage URI"),

@@ -386,6 +386,8 @@ def fit(tuner: Any, stop_key: str, concurrency: int, time_budget_s: float | None
     finally:
         stopping.unregister(stop_key)
     interrupts.raise_if_received()  # the loop ended at a step boundary because of a signal
+    if stop.failure:
+        raise interrupts.StorageStopped(stop.failure)
     if stop.budget_reached:
         output.say(f"time budget of {time_budget_s:g} s reached: stopped cleanly; resume to continue")
 

@@ -38,6 +38,17 @@ class Interrupted(KeyboardInterrupt):
         self.exit_code = 128 + signum
 
 
+class StorageStopped(KeyboardInterrupt):
+    """The run stopped itself because its durable storage kept failing: everything is saved locally, and the
+    resume command pushes what the storage missed. Exits EX_TEMPFAIL (75): try again later."""
+
+    exit_code = 75
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(cause)
+        self.cause = cause
+
+
 def install(resume_hint: str = "") -> None:
     """Route SIGINT and SIGTERM to this module (main thread only: Python runs handlers there). Called at a
     command's start and again once Ray is up (ray.init replaces the SIGTERM handler)."""
@@ -47,15 +58,6 @@ def install(resume_hint: str = "") -> None:
     if threading.current_thread() is threading.main_thread():
         for signum in SIGNALS:
             signal.signal(signum, _handle)
-
-
-def set_resume_hint(hint: str) -> None:
-    global _resume_hint
-    _resume_hint = hint
-
-
-def resume_hint() -> str:
-    return _resume_hint
 
 
 def received() -> int | None:
@@ -90,7 +92,8 @@ def stopped(stop: KeyboardInterrupt, where: str = "") -> int:
     """Print how to continue a run that a signal stopped (`where`: what to read meanwhile, e.g. the log) and
     return the exit code: 128 + the signal, 130 for a KeyboardInterrupt that came another way."""
     hint = _resume_hint or "rerun the same command"
-    print(f"sptune: interrupted; continue with `{hint}`" + (f" ({where})" if where else ""), file=sys.stderr)
+    what = f"stopped: {stop.cause}" if isinstance(stop, StorageStopped) else "interrupted"
+    print(f"sptune: {what}; continue with `{hint}`" + (f" ({where})" if where else ""), file=sys.stderr)
     return getattr(stop, "exit_code", 128 + signal.SIGINT)
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from ray.tune import Callback
 
 from sptune import output
+from sptune.tune.engine import mirroring
 from sptune.tune.trials.trainable import searched
 
 
@@ -111,8 +112,10 @@ class StageProgress(Callback):
                           self.trials * UNITS - done)
 
     def _desc(self) -> str:
+        storage = mirroring.status()
         return (f"{self.stage:8s} {len(self._ended)}/{self.trials} trials"
-                + (f", best val {self._best:.4f}" if math.isfinite(self._best) else ""))
+                + (f", best val {self._best:.4f}" if math.isfinite(self._best) else "")
+                + (f"; {storage}" if storage else ""))
 
     def _redraw(self) -> None:
         if self._bar is None:

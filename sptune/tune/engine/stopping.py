@@ -1,6 +1,7 @@
 """Stopping the engine's Tune run without interrupting a write: its loop ends at a step boundary.
 
-A signal (sptune.tune.engine.interrupts) sets the run's stopping event; a time budget sets a deadline. Tune runs
+A signal (sptune.tune.engine.interrupts) sets the run's stopping event; a time budget sets a deadline; a storage
+that kept failing (sptune.tune.engine.mirroring) sets the event with its cause. Tune runs
 its callbacks between steps, so StopAtStepBoundary raises there, never inside a checkpoint or an
 experiment-state write; tune.run's `except Exception` then stops the trial actors and re-raises, and the
 run's unfinished trials continue on a resume.
@@ -25,6 +26,7 @@ class Stop:
     event: threading.Event = field(default_factory=threading.Event)  # set by a signal, or when the deadline passed
     deadline: float | None = None  # time.monotonic() at which the run's time budget ends
     budget_reached: bool = False
+    failure: str = ""  # why the run stopped itself (its storage kept failing); '' for a signal or a budget
 
 
 _stops: dict[str, Stop] = {}
@@ -46,6 +48,13 @@ def register(run_key: str, time_budget_s: float | None = None) -> Stop:
 
 def unregister(run_key: str) -> None:
     _stops.pop(run_key, None)
+
+
+def stop_every_run(failure: str) -> None:
+    """Stop every running loop at its next step boundary because of `failure` (called from any thread)."""
+    for stop in list(_stops.values()):
+        stop.failure = stop.failure or failure
+        stop.event.set()
 
 
 def is_stopping(run_key: str) -> bool:

@@ -13,22 +13,33 @@ checkpoints, but a study's truth is sptune's own files (study.json, the Optuna j
 directory with last.pt, result.json, TensorBoard events), written by plain file I/O on every node; a mirror
 carries all of them, one mechanism, without every writer learning a remote file system.
 
-A mirror is consistent the way a killed driver's folder is: Tune's experiment state (the files directly
-under tune/<run>/) is read first, until two reads agree (never half of a Tune snapshot), and uploaded last,
-so the storage never holds a Tune state newer than the run directories it describes, the case a resume
-already handles (sptune.tune.trials.trainable.adopt_orphan).
-Each file is uploaded whole (written locally by rename, read once); files removed locally (Tune's rotated
-checkpoints) are removed from the storage. Filesystems come from pyarrow (`pyarrow.fs.FileSystem.from_uri`);
-S3 reads the usual AWS settings (credentials, AWS_ENDPOINT_URL for an S3-compatible server).
+A mirror is consistent the way a killed driver's folder is. Tune's experiment state (the files directly under
+tune/<run>/) is read first, until two reads agree (never half of a Tune snapshot, never a JSON file cut short),
+and uploaded last as ONE object, TUNE_STATE: an S3 PUT replaces an object whole or not at all, so the storage
+holds a whole Tune snapshot at every moment, never newer than the run directories it describes (the case a
+resume already handles, sptune.tune.trials.trainable.adopt_orphan). A snapshot that never reads the same twice
+is not uploaded: the storage keeps the last consistent one.
+Each other file is uploaded whole (written locally by rename, read once), many at a time; files removed locally
+(Tune's rotated checkpoints) are removed from the storage. The manifest (what the storage holds) is written after
+the uploads and again after the deletes, and a delete of what is already gone succeeds: a push cut at any point
+(a kill, a storage error) leaves the next one able to finish. A push raises what the storage raised; the driver
+pushes from its own thread (sptune.tune.engine.mirroring), which retries. Filesystems come from pyarrow
+(`pyarrow.fs.FileSystem.from_uri`); S3 reads the usual AWS settings (credentials, AWS_ENDPOINT_URL for an
+S3-compatible server).
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
 import logging
 import os
+import tarfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from sptune import atomic, files
 from sptune.errors import UserError
@@ -38,7 +49,9 @@ log = logging.getLogger("sptune.tune")
 STORAGE = files.STORAGE  # {"uri": <this folder's location>, "local": <the path it had>}: mirrored too
 MANIFEST = ".storage-manifest.json"  # what the storage holds, by relative path: [size, mtime_ns]; local only
 LOCAL_ONLY = {MANIFEST, files.DRIVER}  # the driver record names processes of this machine
-PUSH_SECONDS = float(os.environ.get("SPTUNE_MIRROR_SECONDS", 30))  # between pushes while trials report
+TUNE_STATE = "tune-state.tar"  # Tune's experiment state: one object, replaced whole or not at all
+PUSH_SECONDS = float(os.environ.get("SPTUNE_MIRROR_SECONDS", 30))  # between pushes while trials run
+UPLOADS_AT_ONCE = 16  # S3 answers each request in tens of ms: uploads overlap their round trips
 SCHEMES = ("s3://", "gs://", "gcs://")
 
 
@@ -56,12 +69,18 @@ def filesystem(uri: str) -> tuple[Any, str]:
         fs, path = pyarrow.fs.FileSystem.from_uri(uri.rstrip("/"))
         bucket = fs.get_file_info(path.split("/")[0])
     except Exception as exc:  # noqa: BLE001 - pyarrow's own message names the problem
-        raise UserError(f"cannot open storage {uri} ({type(exc).__name__}: {str(exc).splitlines()[0]}); "
-                        f"check the bucket and the AWS/GCS credentials") from None
+        raise UserError(f"cannot open storage {uri} ({describe(exc)}); check the bucket and the AWS/GCS "
+                        f"credentials") from None
     if bucket.type == pyarrow.fs.FileType.NotFound:
         raise UserError(f"cannot open storage {uri}: bucket {bucket.path!r} does not exist; create it or pass "
                         f"another --storage")
     return fs, path
+
+
+def describe(exc: BaseException) -> str:
+    """A storage error on one line: its type and the first line of its message (pyarrow's names the cause)."""
+    first = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {first[0]}" if first else type(exc).__name__
 
 
 def attach(results_dir: Path, prefix: str) -> str:
@@ -109,12 +128,15 @@ def pull(uri: str, local: str | Path | None = None) -> Path:
     if target.exists() and any(target.iterdir()):
         raise UserError(f"{target} already exists; resume it with `sptune resume {target}`, or move it away to "
                         f"pull {uri} again")
-    for relative in sorted(listing):
+    mirrored = sorted(set(listing) - {TUNE_STATE})
+    for relative in mirrored:
         destination = target / relative
         destination.parent.mkdir(parents=True, exist_ok=True)
         _copy(fs, f"{path}/{relative}", _local_fs(), str(destination))
-    manifest = {relative: _stamp(target / relative) for relative in listing}
-    atomic.write_json(target / MANIFEST, manifest)
+    if TUNE_STATE in listing:
+        with fs.open_input_stream(f"{path}/{TUNE_STATE}") as reader:
+            _unpack(reader.read(), target)
+    atomic.write_json(target / MANIFEST, {relative: _stamp(target / relative) for relative in mirrored})
     log.info("pulled %d files of %s into %s", len(listing), uri, target)
     return target
 
@@ -125,53 +147,93 @@ class Mirror:
     def __init__(self, local: Path, uri: str):
         self.local, self.uri = Path(local), uri
         self.last_push = 0.0
+        self._fs: tuple[Any, str] | None = None  # opened once; again after a failed push (credentials renewed)
+        self._tune_digest = ""  # of the Tune snapshot the storage holds, when this mirror uploaded it
 
     def push(self) -> int:
-        """Upload what changed since the last push, delete what is gone; returns the files uploaded."""
-        fs, root = filesystem(self.uri)
-        manifest_path = self.local / MANIFEST
-        manifest = files.read_json(manifest_path) if manifest_path.is_file() else {}
-        tune_state = self._tune_state()  # read first, uploaded last
-        now = self._files()
-        changed = [rel for rel, stamp in now.items() if manifest.get(rel) != stamp and rel not in tune_state]
-        for relative in changed:
-            if not self._upload(fs, root, relative):
-                now.pop(relative)  # removed while listed (a temporary checkpoint folder): not there now
-        for relative, data in tune_state.items():
-            with fs.open_output_stream(f"{root}/{relative}") as out:
-                out.write(data)
-        for relative in set(manifest) - set(now):
-            fs.delete_file(f"{root}/{relative}")
-        atomic.write_json(manifest_path, {rel: now[rel] for rel in now})
+        """Upload what changed since the last push, delete what is gone; returns the files uploaded. Raises
+        what the storage raised (nothing is lost: the next push starts from what the storage is known to hold)."""
+        if self._fs is None:
+            self._fs = filesystem(self.uri)
+        try:
+            count = self._push(*self._fs)
+        except BaseException:
+            self._fs = None
+            raise
         self.last_push = time.monotonic()
-        return len(changed) + len(tune_state)
+        return count
 
     def push_if_due(self, seconds: float = PUSH_SECONDS) -> None:
         if time.monotonic() - self.last_push >= seconds:
             self.push()
 
-    def _files(self) -> dict[str, list[int]]:
-        found = {}
-        for path in self.local.rglob("*"):
-            relative = path.relative_to(self.local).as_posix()
-            if relative not in LOCAL_ONLY and path.is_file() and not path.is_symlink():
-                stamp = _stamp(path)
-                if stamp is not None:
-                    found[relative] = stamp
-        return found
+    def _push(self, fs: Any, root: str) -> int:
+        manifest_path = self.local / MANIFEST
+        manifest = files.read_json(manifest_path) if manifest_path.is_file() else {}
+        tune_state = self._tune_state()  # read first, uploaded last
+        now = self._files()
+        changed = [rel for rel, stamp in now.items() if manifest.get(rel) != stamp]
+        uploaded = self._upload_all(fs, root, changed, now)
+        if uploaded:
+            manifest.update(uploaded)
+            atomic.write_json(manifest_path, manifest)  # before the deletes: a cut push keeps what it uploaded
+        gone = sorted(set(manifest) - set(now))
+        self._delete_all(fs, root, gone)
+        if gone:
+            atomic.write_json(manifest_path, {rel: stamp for rel, stamp in manifest.items() if rel in now})
+        return len(uploaded) + self._push_tune_state(fs, root, tune_state)
 
-    def _tune_state(self, attempts: int = 20) -> dict[str, bytes]:
-        """The bytes of Tune's experiment state now: the files directly under tune/<run>/, as two reads in a
-        row agree. Tune writes its trial list and then its searcher, file by file: a single read can pair a
-        trial list with the searcher of the next snapshot, a state no resume can reconcile."""
+    def _upload_all(self, fs: Any, root: str, relatives: list[str], stamps: dict[str, list[int]]
+                    ) -> dict[str, list[int]]:
+        """Upload many at a time; {relative: stamp} of those uploaded (a file removed meanwhile is skipped)."""
+        if not relatives:
+            return {}
+        with ThreadPoolExecutor(min(UPLOADS_AT_ONCE, len(relatives))) as pool:
+            done = list(pool.map(lambda rel: self._upload(fs, root, rel), relatives))
+        return {rel: stamps[rel] for rel, ok in zip(relatives, done) if ok}
+
+    def _delete_all(self, fs: Any, root: str, relatives: list[str]) -> None:
+        def delete(relative: str) -> None:
+            try:
+                fs.delete_file(f"{root}/{relative}")
+            except FileNotFoundError:  # deleted by a push that was cut before its manifest
+                pass
+        if relatives:
+            with ThreadPoolExecutor(min(UPLOADS_AT_ONCE, len(relatives))) as pool:
+                list(pool.map(delete, relatives))
+
+    def _push_tune_state(self, fs: Any, root: str, state: dict[str, bytes] | None) -> int:
+        """Tune's snapshot as one object, when it changed since this mirror last uploaded it."""
+        if not state:
+            return 0
+        packed = _pack(state)
+        digest = hashlib.sha256(packed).hexdigest()
+        if digest == self._tune_digest:
+            return 0
+        with fs.open_output_stream(f"{root}/{TUNE_STATE}") as out:
+            out.write(packed)
+        self._tune_digest = digest
+        return 1
+
+    def _files(self) -> dict[str, list[int]]:
+        """{relative path: stamp} of every file mirrored one by one (Tune's state travels in TUNE_STATE)."""
+        return {relative: stamp for relative, stamp in _walk(self.local, "")
+                if relative not in LOCAL_ONLY and not _is_tune_state(relative)}
+
+    def _tune_state(self, attempts: int = 20) -> dict[str, bytes] | None:
+        """The bytes of Tune's experiment state now, once two reads in a row agree and every JSON file parses;
+        None when no read is whole (the storage then keeps its last snapshot). Tune writes its trial list
+        and then its searcher, file by file: a single read can pair a trial list with the searcher of the
+        next snapshot, a state no resume can reconcile."""
         state = self._read_tune_state()
         for _ in range(attempts):
             time.sleep(0.01)
             again = self._read_tune_state()
-            if again == state:
-                break
+            if again == state and _whole(state):
+                return state
             state = again
-        return state
+        log.warning("Tune's state under %s changed at every read; the storage keeps its last snapshot", self.local)
+        return None
 
     def _read_tune_state(self) -> dict[str, bytes]:
         state = {}
@@ -189,6 +251,68 @@ class Mirror:
         except FileNotFoundError:
             return False
         return True
+
+
+# ----------------------------------------------------------------------------- the folder's files
+def _walk(folder: Path, prefix: str) -> Iterator[tuple[str, list[int]]]:
+    """(relative path, [size, mtime_ns]) of every regular file under folder: os.scandir, one stat a file."""
+    try:
+        entries = list(os.scandir(folder))
+    except FileNotFoundError:  # removed while walked (a temporary checkpoint folder)
+        return
+    for entry in entries:
+        relative = f"{prefix}{entry.name}"
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                yield from _walk(Path(entry.path), relative + "/")
+            elif entry.is_file(follow_symlinks=False):
+                stat = entry.stat(follow_symlinks=False)
+                yield relative, [stat.st_size, stat.st_mtime_ns]
+        except FileNotFoundError:
+            continue
+
+
+def _is_tune_state(relative: str) -> bool:
+    """A file directly under tune/<run>/: Tune's experiment state (its trials' folders hold the rest)."""
+    parts = relative.split("/")
+    return len(parts) == 3 and parts[0] == "tune"
+
+
+def _whole(state: dict[str, bytes]) -> bool:
+    """Tune's trial list (experiment_state*.json) parses and every pickle ends with pickle's STOP opcode: one
+    read while Tune rewrote a file in place may not. (Tune's search_gen_state*.json is a pickle too.)"""
+    for relative, data in state.items():
+        name = relative.rsplit("/", 1)[-1]
+        if name.endswith(".pkl") and not data.endswith(b"."):
+            return False
+        if name.startswith("experiment_state") and name.endswith(".json"):
+            try:
+                json.loads(data)
+            except ValueError:
+                return False
+    return True
+
+
+def _pack(state: dict[str, bytes]) -> bytes:
+    """A tar of the snapshot, byte-identical for the same files (no times, no owners)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for relative in sorted(state):
+            info = tarfile.TarInfo(relative)
+            info.size = len(state[relative])
+            tar.addfile(info, io.BytesIO(state[relative]))
+    return buffer.getvalue()
+
+
+def _unpack(packed: bytes, target: Path) -> None:
+    with tarfile.open(fileobj=io.BytesIO(packed), mode="r") as tar:
+        for member in tar.getmembers():
+            if not member.isfile() or not _is_tune_state(member.name):
+                raise UserError(f"{TUNE_STATE} holds {member.name!r}, not a Tune state file; the storage was "
+                                f"written by something else")
+            destination = target / member.name
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            atomic.write_bytes(destination, tar.extractfile(member).read())
 
 
 # ----------------------------------------------------------------------------- pyarrow helpers
@@ -214,8 +338,6 @@ def _listing(fs: Any, root: str) -> dict[str, Any]:
 
 
 def _read_json(fs: Any, path: str) -> dict[str, Any]:
-    import json
-
     with fs.open_input_stream(path) as reader:
         return json.loads(reader.read())
 
