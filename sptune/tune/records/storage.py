@@ -66,7 +66,9 @@ def filesystem(uri: str) -> tuple[Any, str]:
     if not is_remote(uri):
         raise UserError(f"--storage {uri!r} is not an object-storage URI; use s3://bucket/prefix or gs://bucket/prefix")
     try:
-        fs, path = pyarrow.fs.FileSystem.from_uri(uri.rstrip("/"))
+        # allow_delayed_open: an object smaller than a part is one PutObject, not a three-request multipart upload
+        options = "?allow_delayed_open=true" if uri.startswith("s3://") else ""
+        fs, path = pyarrow.fs.FileSystem.from_uri(uri.rstrip("/") + options)
         bucket = fs.get_file_info(path.split("/")[0])
     except Exception as exc:  # noqa: BLE001 - pyarrow's own message names the problem
         raise UserError(f"cannot open storage {uri} ({describe(exc)}); check the bucket and the AWS/GCS "

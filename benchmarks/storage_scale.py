@@ -1,0 +1,90 @@
+"""What a push to durable storage costs as a study grows: a synthetic study tree on a local S3 server.
+
+    python benchmarks/storage_scale.py                      # 1,000 / 3,000 / 10,000 finished trials
+    python benchmarks/storage_scale.py --trials 200 1000    # smaller (minutes, not tens of minutes)
+
+The tree has, per finished trial, the files a trial of `sptune study` leaves (sizes of a small model's:
+trial.json, result.json, progress.json, a 64 KB checkpoint, TensorBoard events, a log, and Tune's
+params/result/progress files), and Tune's experiment state at 17.8 KB a trial. The first push uploads it all
+(not timed); then, at each size, CHANGING trials report (their progress, checkpoint, events and log
+rewritten) and one push is timed, with the S3 requests it made counted at the server. The last line reads
+`push at N trials: S s, R requests`. The server is moto's, in this process, on 127.0.0.1 (tests/s3_server.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from s3_server import S3Server  # noqa: E402
+
+from sptune.tune.records import storage  # noqa: E402
+
+TRIAL_FILES = {"trial.json": 1_500, "result.json": 900, "progress.json": 200, "last.pt": 64_000,
+               "events.out.tfevents": 12_000, "stdout.log": 4_000}
+TUNE_TRIAL_FILES = {"params.json": 300, "result.json": 2_000, "progress.csv": 3_000}
+TUNE_STATE_PER_TRIAL = 17_800
+CHANGING = 100
+
+
+def write_trial(root: Path, index: int, salt: bytes = b"") -> None:
+    trial = root / "pretrain" / f"trial-{index:05d}"
+    trial.mkdir(parents=True, exist_ok=True)
+    for name, size in TRIAL_FILES.items():
+        (trial / name).write_bytes((salt + os.urandom(16)).ljust(size, b"x"))
+    tune_trial = root / "tune" / "experiment" / f"trial-{index:05d}"
+    tune_trial.mkdir(parents=True, exist_ok=True)
+    for name, size in TUNE_TRIAL_FILES.items():
+        (tune_trial / name).write_bytes((salt + os.urandom(16)).ljust(size, b"x"))
+
+
+def write_tune_state(root: Path, trials: int) -> None:
+    state = root / "tune" / "experiment"
+    state.mkdir(parents=True, exist_ok=True)
+    (state / "experiment_state.json").write_text('{"trials": "' + "x" * (TUNE_STATE_PER_TRIAL * trials) + '"}')
+
+
+def timed_push(mirror: storage.Mirror, server: S3Server) -> tuple[float, int, int]:
+    before, start = server.requests, time.perf_counter()
+    uploaded = mirror.push()
+    return time.perf_counter() - start, server.requests - before, uploaded
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, nargs="+", default=[1_000, 3_000, 10_000])
+    args = parser.parse_args()
+    server = S3Server().start()
+    server.reset()
+    os.environ.update(server.env)
+    with tempfile.TemporaryDirectory() as tmp:
+        root, made = Path(tmp) / "study", 0
+        root.mkdir()
+        uri = storage.attach(root, "s3://studies/bench")
+        mirror = storage.mirror_of(root)
+        print(f"{'trials':>7} {'files':>8} {'push s':>7} {'requests':>9} {'uploaded':>9}")
+        for size in sorted(args.trials):
+            for index in range(made, size):
+                write_trial(root, index)
+            made = size
+            write_tune_state(root, size)
+            mirror.push()  # everything so far reaches the storage (untimed)
+            for index in range(size - CHANGING, size):  # trials still reporting
+                write_trial(root, index, salt=b"again")
+            write_tune_state(root, size)
+            seconds, requests, uploaded = timed_push(mirror, server)
+            files = sum(1 for _ in storage._walk(root, ""))
+            print(f"{size:>7} {files:>8} {seconds:>7.2f} {requests:>9} {uploaded:>9}", flush=True)
+        print(f"(storage {uri}, {CHANGING} trials changing a push)")
+        print(f"push at {size} trials: {seconds:.2f} s, {requests} requests")
+    server.stop()
+
+
+if __name__ == "__main__":
+    main()
