@@ -2,6 +2,7 @@
 
     python benchmarks/storage_scale.py                      # 1,000 / 3,000 / 10,000 finished trials
     python benchmarks/storage_scale.py --trials 200 1000    # smaller (minutes, not tens of minutes)
+    python benchmarks/storage_scale.py --quick              # 20 / 60 trials: checks it runs (seconds)
 
 The tree has, per finished trial, the files a trial of `sptune study` leaves (sizes of a small model's:
 trial.json, result.json, progress.json, a 64 KB checkpoint, TensorBoard events, a log, and Tune's
@@ -59,7 +60,11 @@ def timed_push(mirror: storage.Mirror, server: S3Server) -> tuple[float, int, in
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, nargs="+", default=[1_000, 3_000, 10_000])
+    parser.add_argument("--quick", action="store_true", help="20 and 60 trials, 10 changing: checks it runs")
     args = parser.parse_args()
+    changing = 10 if args.quick else CHANGING
+    if args.quick:
+        args.trials = [20, 60]
     server = S3Server().start()
     server.reset()
     os.environ.update(server.env)
@@ -75,13 +80,13 @@ def main() -> None:
             made = size
             write_tune_state(root, size)
             mirror.push()  # everything so far reaches the storage (untimed)
-            for index in range(size - CHANGING, size):  # trials still reporting
+            for index in range(size - changing, size):  # trials still reporting
                 write_trial(root, index, salt=b"again")
             write_tune_state(root, size)
             seconds, requests, uploaded = timed_push(mirror, server)
             files = sum(1 for _ in storage._walk(root, ""))
             print(f"{size:>7} {files:>8} {seconds:>7.2f} {requests:>9} {uploaded:>9}", flush=True)
-        print(f"(storage {uri}, {CHANGING} trials changing a push)")
+        print(f"(storage {uri}, {changing} trials changing a push)")
         print(f"push at {size} trials: {seconds:.2f} s, {requests} requests")
     server.stop()
 

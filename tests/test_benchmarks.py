@@ -23,6 +23,7 @@ ENDS = {
     "plan_accuracy.py": "plan / measured device-seconds",
     "interval_coverage.py": "lowest coverage:",
     "sequential_error_rates.py": "largest simulated type I error",
+    "storage_scale.py": "push at 60 trials",
 }
 STARTS_RAY = {"ray_overhead.py", "driver_scale.py", "experiment_utilization.py", "plan_accuracy.py"}
 
