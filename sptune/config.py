@@ -105,7 +105,9 @@ class RunConfig:
     num_threads: int = 0  # torch intra-op threads; 0 = torch's default
     progress: bool = True  # progress bar on the training loop
     resume: bool = True  # continue from <run dir>/last.pt when it exists
-    compile: bool = False  # torch.compile the model (falls back to eager, with a warning, when it cannot)
+    # torch.compile the model (falls back to eager, with a warning, when it cannot). None = auto, resolved when the
+    # run starts (compile_default) and dumped resolved: on for a Transformer without dropout on CUDA, else off.
+    compile: bool | None = None
 
 
 @dataclass
@@ -141,8 +143,18 @@ NON_NEGATIVE = ("model.d_ff", "model.dropout", "optim.weight_decay", "optim.warm
                 "optim.patience", "optim.grad_clip", "task.max_val_examples", "task.max_test_examples", "model.ssm_lr")
 
 
+AUTO = ("auto", "null", "none", "")  # how a YAML / CLI value asks an optional (`bool | None`) field for its default
+
+
 def _coerce(path: str, value: Any, kind: Any) -> Any:
     """Turn a YAML/CLI value into the field's declared type, or raise a UserError naming the field."""
+    if kind == (bool | None):
+        if value is None or (isinstance(value, str) and value.lower() in AUTO):
+            return None
+        try:
+            return _coerce(path, value, bool)
+        except UserError:
+            raise UserError(f"config field {path}={value!r} is not a valid bool; give true, false or auto") from None
     try:
         if kind is bool:
             if isinstance(value, str):
@@ -322,6 +334,23 @@ def check_causal_norm(cfg: Config, stage: str | None = None) -> None:
         what = "model.causal=true" if cfg.model.causal else "objective.kind=causal pretraining"
         raise UserError(f"{what} with model.norm=batch: model.norm=batch mixes positions across the sequence, "
                         f"so a causal model would see the future; use model.norm=layer")
+
+
+def compile_default(cfg: Config) -> bool:
+    """What run.compile=auto (None) means for a config whose run.device is resolved: compile a Transformer on
+    CUDA when the model has no dropout. There it pays: the step is launch- and elementwise-bound (fused norms,
+    activations and residuals, one graph through the attention layer). Not on CPU (compiling costs tens of
+    seconds a run, for little), not for the SSM layers (inductor does not generate code for their complex
+    kernel arithmetic, which runs eagerly inside the graph) and not with dropout (compiled kernels draw other
+    dropout masks: another run's numbers, which would also change the run's fingerprint)."""
+    return cfg.run.device == "cuda" and cfg.model.name == "transformer" and cfg.model.dropout == 0
+
+
+def resolve_compile(cfg: Config) -> Config:
+    """cfg with run.compile resolved (compile_default when None), so the run directory's config says what ran."""
+    if cfg.run.compile is not None:
+        return cfg
+    return dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, compile=compile_default(cfg)))
 
 
 def dump(cfg: Config, path: str | os.PathLike) -> None:

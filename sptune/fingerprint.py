@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sptune import atomic, files
-from sptune.config import Config
+from sptune.config import Config, resolve_compile
 from sptune.config import load as load_config
 from sptune.errors import UserError
 
@@ -32,7 +32,9 @@ BOOKKEEPING = ("run.out_dir", "run.name", "run.progress", "run.resume", "run.num
 # to float reassociation (last bits, like num_threads). Each is fingerprinted only when set away from its
 # default where it does change the numbers: with dropout (micro-batches and compiled kernels draw other
 # dropout masks) and, for accumulation, BatchNorm (statistics per micro-batch). Left out otherwise, so run
-# dirs and their names from before these settings existed stay valid.
+# dirs and their names from before these settings existed stay valid. run.compile=auto (None) is fingerprinted
+# as what it resolves to (config.compile_default): never on with dropout, so never a fingerprinted value and a
+# run's identity is the same whether its config says auto, or false, or (without dropout) true.
 EXECUTION_DEFAULTS = {"optim.accumulate": 1, "run.compile": False}
 # Fields added after run directories existed, each at the default that reproduces those runs: fingerprinted
 # only when set, so the older directories (and their names) stay valid. optim.patience (early stopping) off;
@@ -71,7 +73,8 @@ def of(cfg: Config, stage: str, init_dir: Path | None = None) -> Fingerprint:
 
 
 def config_fields(cfg: Config) -> dict[str, Any]:
-    flat = {f"{section}.{name}": value for section, values in cfg.to_dict().items() for name, value in values.items()}
+    flat = {f"{section}.{name}": value for section, values in resolve_compile(cfg).to_dict().items()
+            for name, value in values.items()}
     changes_numbers = {"optim.accumulate": cfg.model.dropout > 0 or cfg.model.norm == "batch",
                        "run.compile": cfg.model.dropout > 0}
     flat = {k: v for k, v in flat.items()

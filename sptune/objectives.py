@@ -19,6 +19,7 @@ from sptune.tasks.base import MASK_ID
 
 # (rows, L) -> (rows, L) uniforms in [0, 1) on the CPU (sptune.data.step_draw / example_draw)
 MaskDraw = Callable[[int, int], torch.Tensor]
+IGNORE = -100  # the CE target of a position outside the loss (cross_entropy's ignore_index)
 
 
 @dataclass
@@ -53,14 +54,42 @@ def causal_denoising(x: torch.Tensor, lengths: torch.Tensor) -> Denoising:
 
 def denoising_loss(pred: torch.Tensor, d: Denoising, loss: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean CE (pred (B, L, V)) or L1 (pred (B, L, C)) over the loss positions only, and how many terms
-    that mean averages (masked tokens; x C channels for L1), so an eval pass can sum means x terms."""
+    that mean averages (masked tokens; x C channels for L1), so an eval pass can sum means x terms.
+
+    On an accelerator, sync_free_loss: nothing waits for the device. On the CPU there is no device to wait for,
+    and indexed_loss sums the selected positions in the order every kept CPU record was computed with, so
+    those records reproduce trial for trial (the two agree to float rounding: tests/test_objectives_masked_loss)."""
+    return indexed_loss(pred, d, loss) if pred.device.type == "cpu" else sync_free_loss(pred, d, loss)
+
+
+def indexed_loss(pred: torch.Tensor, d: Denoising, loss: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The loss over the positions picked by boolean indexing (a host sync on an accelerator)."""
     sel = d.loss_mask
     if not sel.any():
         return pred.sum() * 0.0, sel.sum()  # keeps the graph; a batch with nothing masked teaches nothing
     if loss == "ce":
         return F.cross_entropy(pred[sel], d.targets[sel]), sel.sum()
-    target = d.targets[sel].to(pred.dtype)  # (M, C)
-    return F.l1_loss(pred[sel], target), sel.sum() * target.shape[-1]
+    work = torch.promote_types(pred.dtype, torch.float32)
+    target = d.targets[sel].to(work)  # (M, C): fp32 targets are not rounded to a bf16 prediction's precision
+    return F.l1_loss(pred[sel].to(work), target), sel.sum() * target.shape[-1]
+
+
+def sync_free_loss(pred: torch.Tensor, d: Denoising, loss: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The loss over every position with the others selected away (ignore_index / where), divided by the count
+    clamped to 1: no shape depends on the mask, so nothing waits for the device (no .any(), no boolean
+    indexing) and a batch with nothing masked gives a zero loss that keeps the graph (it teaches nothing).
+    The sum runs in fp32 at least: fp32 L1 targets are not rounded to a bf16 prediction's precision."""
+    mask = d.loss_mask  # (B, L) bool
+    count = mask.sum()  # () on the device
+    if loss == "ce":
+        targets = d.targets.masked_fill(~mask, IGNORE)  # (B, L): unselected positions add nothing
+        total = F.cross_entropy(pred.flatten(0, 1), targets.flatten(), ignore_index=IGNORE, reduction="sum")
+        return total / count.clamp(min=1), count
+    work = torch.promote_types(pred.dtype, torch.float32)
+    error = (pred.to(work) - d.targets.to(work)).abs()  # (B, L, C)
+    terms = count * d.targets.shape[-1]
+    total = torch.where(mask[..., None], error, 0.0).sum()  # where, not a product: a NaN elsewhere stays out
+    return total / terms.clamp(min=1), terms
 
 
 class Metric:

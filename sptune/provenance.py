@@ -1,5 +1,6 @@
 """Where a run trained, written into its result.json: the device (with its name), the precision, the kernels
-its layers actually use, and the library versions. A figure read months later, or beside another node's, needs
+its layers actually use (the attention kernel by name: flash-attn, or SDPA's cudnn / flash / efficient / math),
+whether fp32 matmuls ran in TF32, and the library versions. A figure read months later, or beside another node's, needs
 them: the same config runs different kernels on a CPU and on a GPU (flash-attn, pykeops), and the numbers
 differ with them."""
 
@@ -13,7 +14,7 @@ import torch
 from torch import nn
 
 from sptune import cpu_kernels
-from sptune.train_setup import autocast
+from sptune.train_setup import autocast, fp32_matmul
 
 
 def describe_device(device: torch.device) -> str:
@@ -44,10 +45,28 @@ def kernels(model: nn.Module, device: torch.device, precision: str) -> list[str]
     """The kernels the model's layers choose on `device` at `precision`, each named once ('attention sdpa',
     'cauchy torch'): every layer that picks one answers `backend_used(cuda, dtype)` with the decision its
     forward makes (None: no choice to report)."""
-    with autocast(device, precision):  # the dtype a layer's projections produce under the run's autocast
-        dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else torch.float32
+    dtype = compute_dtype(device, precision)
     found = {m.backend_used(device.type == "cuda", dtype) for m in model.modules() if hasattr(m, "backend_used")}
     return sorted(k for k in found if k)
+
+
+def compute_dtype(device: torch.device, precision: str) -> torch.dtype:
+    """The dtype a layer's projections produce under the run's autocast on `device`."""
+    with autocast(device, precision):
+        return torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else torch.float32
+
+
+def attention(model: nn.Module, device: torch.device, precision: str) -> str | None:
+    """The attention kernel the model's layers run on `device` at `precision` ('sdpa flash', 'sdpa cudnn',
+    'flash-attn'): every layer that has one answers `attention_kernel(device, dtype, training)`. Where dropout
+    makes training take another kernel than evaluation, both are named. None: no attention layer."""
+    dtype = compute_dtype(device, precision)
+    found = set()
+    for layer in model.modules():
+        if hasattr(layer, "attention_kernel"):
+            train, evaluate = (layer.attention_kernel(device, dtype, training) for training in (True, False))
+            found.add(train if train == evaluate else f"{train} (training), {evaluate} (evaluation)")
+    return ", ".join(sorted(found)) or None
 
 
 def version(package: str) -> str | None:
@@ -61,7 +80,8 @@ def of_run(model: nn.Module, device: torch.device, precision: str, model_name: s
     """result.json's `provenance`; `layer` for a layer from outside sptune: its import path, package, version
     and source hash (sptune.plugins.origin)."""
     out = {"device": device.type, "device_name": describe_device(device), "precision": precision,
-           "kernels": kernels(model, device, precision), "python": platform.python_version(),
+           "kernels": kernels(model, device, precision), "attention": attention(model, device, precision),
+           "fp32_matmul": fp32_matmul(device), "python": platform.python_version(),
            "torch": torch.__version__, "cuda": torch.version.cuda, "ray": version("ray"),
            "sptune": version("sptune")}
     layer = layer_origin(model_name)

@@ -28,7 +28,7 @@ from torch import nn
 
 from sptune import atomic, checkpoints, files, fingerprint, flops, protocol, provenance, rng_state, selection
 from sptune.build import build_pretrain_model, build_task_model, count_parameters
-from sptune.config import STAGES, Config, ObjectiveConfig
+from sptune.config import STAGES, Config, ObjectiveConfig, resolve_compile
 from sptune.data import (Prefetcher, batch, eval_batches, example_draw, step_draw, stage_steps, train_batch_index,
                          train_batch_size, train_fraction)
 from sptune.errors import UserError
@@ -181,6 +181,7 @@ def set_up(cfg: Config, stage: str, init_from: Path | None, run_dir: Path | None
            train_device: torch.device | None) -> Run:
     task = task_of(check_names(cfg).task)
     cfg, fp = identify(cfg, stage, init_from)
+    cfg = resolve_compile(cfg)  # run.compile=auto decided for the resolved device (dumped so); fp is the same
     run_dir = Path(run_dir) if run_dir else run_dir_of(cfg, stage, fp)
     if not restart:
         fingerprint.check(run_dir, fp)
@@ -489,32 +490,42 @@ def make_problem(cfg: Config, task: Task, stage: str, x: torch.Tensor, y: torch.
 
 
 def compute_loss(model: nn.Module, cfg: Config, task: Task, stage: str, problem: Problem,
-                 metric: Metric | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(mean loss of the batch, number of terms it averages): masked tokens (x channels for L1) or examples."""
+                 metric: Metric | None = None) -> tuple[torch.Tensor, torch.Tensor | int]:
+    """(mean loss of the batch, number of terms it averages): masked tokens (x channels for L1), a count on the
+    device (summed without a host sync), or examples, a Python int (known on the host)."""
     if stage == "pretrain":
         d = Denoising(problem.inputs, problem.targets, problem.loss_mask)
         pred = model(d.inputs, problem.lengths)  # (R, L, V or C)
-        if metric is not None:
+        if metric is not None:  # evaluation only: its boolean indexing syncs, once per eval batch
             metric.update(pred[d.loss_mask], d.targets[d.loss_mask])
         return denoising_loss(pred, d, cfg.objective.loss)
     y = problem.targets
     out = model(problem.inputs, problem.lengths)  # (B, K)
     if task.is_regression:
         out = out.squeeze(-1)  # (B,)
-        loss = nn.functional.mse_loss(out, y.to(out.dtype))
+        work = torch.promote_types(out.dtype, torch.float32)  # fp32 targets stay fp32 under bf16 autocast
+        loss = nn.functional.mse_loss(out.to(work), y.to(work))
     else:
         loss = nn.functional.cross_entropy(out, y)
     if metric is not None:
         metric.update(out, y)
-    return loss, torch.tensor(y.shape[0], device=y.device)
+    return loss, y.shape[0]
 
 
-def loss_terms(problem: Problem, cfg: Config) -> torch.Tensor:
+def loss_terms(problem: Problem, cfg: Config) -> torch.Tensor | int:
     """How many terms the batch's mean loss averages (as compute_loss counts them), without the model."""
     if problem.loss_mask is None:
-        return torch.tensor(problem.targets.shape[0], device=problem.targets.device)
+        return problem.targets.shape[0]
     channels = problem.targets.shape[-1] if cfg.objective.loss == "l1" else 1
-    return problem.loss_mask.sum() * channels
+    return problem.loss_mask.sum() * channels  # () on the device
+
+
+def micro_batches(n: int, parts: int) -> list[tuple[int, int]]:
+    """[start, stop) of each non-empty micro-batch: n examples in `parts` near-equal slices, the first n % parts
+    one longer (torch.tensor_split's split), as Python ints: no tensor, so nothing to sync."""
+    sizes = [n // parts + (i < n % parts) for i in range(parts)]
+    bounds = [sum(sizes[:i]) for i in range(parts + 1)]
+    return [(start, stop) for start, stop in zip(bounds, bounds[1:]) if stop > start]
 
 
 def accumulate_gradients(trained: nn.Module, ddp: nn.parallel.DistributedDataParallel | None, cfg: Config,
@@ -525,12 +536,15 @@ def accumulate_gradients(trained: nn.Module, ddp: nn.parallel.DistributedDataPar
     micro-batch with more masked tokens weighs more). So each micro-batch's mean loss is weighted by its
     share n_i / N of the batch's terms, and the summed gradient is the big batch's: sum_i (n_i / N) mean_i
     = (1 / N) sum over all terms. Under DDP only the last micro-batch all-reduces (no_sync before it).
+    No host-device sync: token counts stay on the device, example counts are Python ints.
     """
-    chunks = [c for c in torch.arange(problem.n_examples).tensor_split(cfg.optim.accumulate) if len(c)]
-    total_terms = loss_terms(problem, cfg).clamp(min=1)  # () nothing masked in the batch: zero loss
+    chunks = micro_batches(problem.n_examples, cfg.optim.accumulate)
+    total_terms = loss_terms(problem, cfg)
+    # nothing masked in the batch: every micro-batch's loss is 0, so any positive divisor gives the zero loss
+    total_terms = total_terms.clamp(min=1) if isinstance(total_terms, torch.Tensor) else max(total_terms, 1)
     loss = torch.zeros((), device=device)
-    for i, chunk in enumerate(chunks):
-        micro = problem.examples(int(chunk[0]), int(chunk[-1]) + 1)
+    for i, (start, stop) in enumerate(chunks):
+        micro = problem.examples(start, stop)
         sync = ddp is None or i == len(chunks) - 1
         with contextlib.nullcontext() if sync else ddp.no_sync():
             with autocast(device, cfg.run.precision):

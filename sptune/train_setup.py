@@ -35,17 +35,38 @@ def pick_device(name: str, rank: int, train_device: torch.device | None = None) 
     """The device to train on. `train_device` is Ray Train's choice for this worker
     (ray.train.torch.get_device(), its GPU among those Ray assigned it): it is made the current CUDA
     device (NCCL and the fused optimizer allocate there). `cuda:{rank % device_count}` is only right
-    for a plain run or evenly placed single-GPU ranks, not with gpus_per_worker > 1 or uneven placement."""
+    for a plain run or evenly placed single-GPU ranks, not with gpus_per_worker > 1 or uneven placement.
+    A CUDA run's fp32 matmuls use TF32 (use_tf32)."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda":
-        if not torch.cuda.is_available():
-            raise UserError("run.device=cuda but no CUDA device is visible; use run.device=auto or cpu")
-        if train_device is not None and train_device.type == "cuda":
-            torch.cuda.set_device(train_device)
-            return train_device
-        return torch.device("cuda", rank % torch.cuda.device_count())
-    return torch.device("cpu")
+    if name != "cuda":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise UserError("run.device=cuda but no CUDA device is visible; use run.device=auto or cpu")
+    use_tf32()
+    if train_device is not None and train_device.type == "cuda":
+        torch.cuda.set_device(train_device)
+        return train_device
+    return torch.device("cuda", rank % torch.cuda.device_count())
+
+
+def use_tf32() -> None:
+    """fp32 matmuls on CUDA in TF32 (Ampere and later: ~8x the fp32 rate on an H100, a 10-bit mantissa on the
+    inputs, fp32 accumulation); cuDNN convolutions already default to it. CUDA's flag only: the global
+    torch.set_float32_matmul_precision("high") would also let oneDNN round CPU matmuls, which stay exact. The
+    legacy flag, not torch >= 2.9's fp32_precision: setting that one makes every reader of the legacy flag
+    (torch.get_float32_matmul_precision, which inductor calls) raise; this one both APIs read."""
+    torch.backends.cuda.matmul.allow_tf32 = True
+
+
+def fp32_matmul(device: torch.device) -> str:
+    """'tf32' or 'ieee': how fp32 matmuls run on `device` (sptune.provenance records it)."""
+    if device.type != "cuda":
+        return "ieee"
+    matmul = torch.backends.cuda.matmul
+    # fp32_precision (torch >= 2.9) reads either API's setting; allow_tf32 raises after the new one was set
+    tf32 = matmul.fp32_precision == "tf32" if hasattr(matmul, "fp32_precision") else matmul.allow_tf32
+    return "tf32" if tf32 else "ieee"
 
 
 class _NoWriter:

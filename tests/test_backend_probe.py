@@ -61,6 +61,7 @@ BEHAVIOURS = {
     "wrong values": "return 1.5 * cauchy(v, w, a, b)",
     "wrong gradients": "r = cauchy(v, w, a, b); return r + (r - r.detach())  # right values, doubled gradients",
     "correct": "return cauchy(v, w, a, b)",
+    "slow": "time.sleep(1); return cauchy(v, w, a, b)  # a probe long enough for every racer to arrive",
 }
 
 # A small S4 system whose kernel goes through the Cauchy backend `auto` picks; one logged line per choice.
@@ -179,6 +180,34 @@ def test_the_verdict_is_cached_per_node_and_versions(tmp_path):
     assert fields[:2] == ["keops", socket.gethostname()] and f"torch {torch.__version__}" in fields
     assert fields[4].startswith("pykeops (no version) at " + str(tmp_path))
     assert fields[5] == (f"cuda {torch.cuda.get_device_name()}" if torch.cuda.is_available() else "cpu")
+
+
+RACERS = 4
+# Each racer waits until all have started, then asks for the verdict at the same moment (packed trials starting).
+RACE = """\
+import time
+from pathlib import Path
+from sptune.models import backend_probe
+here = Path(sys.argv[1])
+(here / f"ready-{sys.argv[2]}").touch()
+while len(list(here.glob("ready-*"))) < int(sys.argv[3]):
+    time.sleep(0.01)
+print("VERDICT", backend_probe.probe("keops", device=torch.device("cpu")).detail)
+"""
+
+
+def test_racing_processes_on_one_node_probe_once(tmp_path):
+    """Trials packed on one GPU start together: one of them probes, the others wait for its verdict."""
+    write_standin(tmp_path / "standin", "slow")
+    script = f"import sys; sys.path.insert(0, {str(tmp_path / 'standin')!r})\n" + SYSTEM + RACE
+    env = {**os.environ, "SPTUNE_CACHE": str(tmp_path / "cache"), "STANDIN_LOG": str(tmp_path / "imports")}
+    racers = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path), str(i), str(RACERS)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+              for i in range(RACERS)]
+    outputs = [racer.communicate(timeout=SCENARIO_TIMEOUT_S) for racer in racers]
+    assert all(racer.returncode == 0 for racer in racers), [err[-2000:] for _, err in outputs]
+    assert [out.splitlines()[-1] for out, _ in outputs] == ["VERDICT passed"] * RACERS
+    assert imports(tmp_path) == 1  # one probe child for the node
 
 
 DOCTOR = """\

@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "sptune"
 # Bottom to top. A module belongs to the first entry that is its name or a package above it.
 LAYERS = [
     ["sptune.errors", "sptune.files", "sptune.atomic", "sptune.config", "sptune.stats", "sptune.selection",
-     "sptune.multiplier", "sptune.output", "sptune.flops", "sptune.pairs",
+     "sptune.multiplier", "sptune.output", "sptune.flops", "sptune.utilization", "sptune.pairs",
      "sptune.checkpoints", "sptune.rng_state", "sptune.folds",
      "sptune.cpu_kernels", "sptune.power", "sptune.sequential"],  # pure helpers: no task, model, training, Ray
     ["sptune.protocol"],  # the SPT protocol's order and selection rule (plain runs and the engine ask it)

@@ -1,6 +1,7 @@
 """Many trials per GPU (--trials-per-gpu N): each trial's share, its CPUs sized to the node, its memory
-capped to its share, and an out-of-memory a neighbour caused retried rather than failed. No GPU here: the
-arithmetic runs on Ray's fake GPU resources (a GPU count Ray hands out without hardware behind it)."""
+capped to its share less its CUDA context, its peak counted from its own start, and an out-of-memory a
+neighbour caused retried rather than failed. No GPU here: torch's memory calls are faked, and the scheduling
+runs on Ray's fake GPU resources (a GPU count Ray hands out without hardware behind it)."""
 
 import json
 import subprocess
@@ -53,20 +54,25 @@ def test_cpus_per_packed_trial_fit_the_gpu_nodes(asked, n, nodes, cpus):
 
 @pytest.fixture
 def shared_gpu(monkeypatch):
-    """A 16 GiB GPU this process sees, torch's memory calls recorded or faked; `peak` is its reserved peak."""
-    state = {"peak": 0, "cap": None}
+    """A 16 GiB GPU this process sees, torch's memory calls recorded or faked; `peak` is its reserved peak
+    (an earlier trial's until the statistics are reset), `resets` how often they were."""
+    state = {"peak": 0, "cap": None, "resets": 0}
     monkeypatch.setattr(resources, "trial_device", lambda requested: ("cuda", None))
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "fake GPU")
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: type("P", (), {"total_memory": 16 * GIB}))
     monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda *a: state["peak"])
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats",
+                        lambda *a: state.update(peak=0, resets=state["resets"] + 1))
     monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction",
                         lambda fraction, device: state.update(cap=(fraction, device)))
     return state
 
 
-def oom(monkeypatch, request="1.00 GiB"):
+def oom(monkeypatch, gpu, request="1.00 GiB", peak=0):
+    """run_stage reserves `peak` bytes of the `shared_gpu` (this trial's own peak), then fails to allocate `request`."""
     def run_stage(*args, **kwargs):
+        gpu["peak"] = max(gpu["peak"], peak)
         raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {request}. GPU 0 has a total "
                                      f"capacity of 16.00 GiB of which 20.00 MiB is free.")
 
@@ -79,29 +85,50 @@ def guarded(tmp_path, share):
 
 
 def test_a_neighbours_out_of_memory_is_retried(tmp_path, monkeypatch, shared_gpu):
-    """1 GiB reserved + 1 GiB asked is within a quarter of 16 GiB: the GPU was full of other trials' memory,
-    so the error reaches Tune, which retries the trial from its checkpoint."""
-    oom(monkeypatch)
-    shared_gpu["peak"] = 1 * GIB
+    """1 GiB reserved + its context + 1 GiB asked is within a quarter of 16 GiB: the GPU was full of other
+    trials' memory, so the error reaches Tune, which retries the trial from its checkpoint."""
+    oom(monkeypatch, shared_gpu, peak=1 * GIB)
     with pytest.raises(torch.OutOfMemoryError):
         guarded(tmp_path, 0.25)
-    assert shared_gpu["cap"] == (0.25, 0)  # the trial's memory was capped to its share
+    # The trial's allocator was capped to its share less its CUDA context.
+    assert shared_gpu["cap"] == (0.25 - resources.CONTEXT_BYTES / (16 * GIB), 0)
 
 
 def test_a_trial_outgrowing_its_share_fails_at_once(tmp_path, monkeypatch, shared_gpu):
-    oom(monkeypatch)
-    shared_gpu["peak"] = int(3.5 * GIB)  # + 1 GiB > 4 GiB: its own
+    oom(monkeypatch, shared_gpu, peak=int(3 * GIB))  # + its context + 1 GiB > 4 GiB: its own
     result = guarded(tmp_path, 0.25)
     assert result["status"] == "failed" and "fewer --trials-per-gpu" in result["reason"]
     assert json.loads((tmp_path / "run" / "result.json").read_text())["reason"] == result["reason"]
 
 
+def test_an_earlier_trials_peak_in_a_reused_process_is_not_this_trials(tmp_path, monkeypatch, shared_gpu):
+    """Ray reuses a trial's process for the next trial (reuse_actors): the peak statistics restart with each
+    trial, so a small trial after a large one is not taken for one that outgrew its share."""
+    shared_gpu["peak"] = int(3.9 * GIB)  # the previous trial's, in this process
+    oom(monkeypatch, shared_gpu, peak=1 * GIB)
+    with pytest.raises(torch.OutOfMemoryError):
+        guarded(tmp_path, 0.25)
+    assert shared_gpu["resets"] == 1
+
+
 @pytest.mark.parametrize("share", [1.0, 0.0], ids=["whole GPU", "no GPU"])
 def test_an_unshared_out_of_memory_fails_at_once_uncapped(tmp_path, monkeypatch, shared_gpu, share):
-    oom(monkeypatch)
+    oom(monkeypatch, shared_gpu)
     result = guarded(tmp_path, share)
     assert result["status"] == "failed" and "CUDA out of memory" in result["reason"]
     assert "--trials-per-gpu" not in result["reason"] and shared_gpu["cap"] is None
+    assert shared_gpu["resets"] == 1  # its peak counts from its start too
+
+
+@pytest.mark.parametrize("trials, total_gib", [(16, 80), (4, 24), (16, 24)])
+def test_packed_trials_and_their_contexts_fit_the_gpu(trials, total_gib):
+    total = total_gib * GIB
+    fraction = resources.allocator_share(1 / trials, total)
+    assert trials * (fraction * total + resources.CONTEXT_BYTES) == pytest.approx(total)
+
+
+def test_a_share_smaller_than_a_context_leaves_the_allocator_nothing():
+    assert resources.allocator_share(1 / 64, 16 * GIB) == 0.0
 
 
 PACKED_STUDY = """

@@ -9,12 +9,18 @@ import pytest
 import torch
 import yaml
 
-from sptune import budget, config, train
+from sptune import budget, config, doctor, train, train_setup
 from sptune.cli import main
 from sptune.tune.records import studies
 from sptune.tune import spaces
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def this_node(threads):
+    """What the plan's "this node" names: the GPU a run would take, else the CPU with its torch threads."""
+    device = train_setup.pick_device("auto", 0)
+    return doctor.describe_device(device) if device.type == "cuda" else f"cpu, {threads} thread{'s' * (threads > 1)}"
 TINY = ["model.d_model=16", "model.n_layers=1", "model.n_heads=2", "model.d_ff=16", "task.max_val_examples=16",
         "task.max_test_examples=16", "optim.eval_every=2", "optim.batch_size=8"]
 
@@ -56,20 +62,45 @@ def test_totals_are_sums_and_flops_scale_with_steps():
     assert lines[len(short) + 3] == "this node (test): 2 device-hours"
 
 
-def test_gpu_hours_use_the_utilization_measured_for_each_stages_precision():
-    # An hour of each precision at the measured fractions of the a100's peaks (bf16 312, fp32 19.5 TFLOP/s).
-    stages = [budget.StageBudget("", "scratch", 1, "bf16", 10, 3.6e15 * 312 * 0.27, 0.0),
-              budget.StageBudget("", "pretrain", 1, "fp32", 10, 3.6e15 * 19.5 * 0.7, 0.0)]
+def hour_at(model, precision, seq_len, tflops):
+    """A stage costing one hour at `tflops` TFLOP/s."""
+    return budget.StageBudget("", "scratch", 1, precision, 10, 3.6e15 * tflops, 0.0, model=model, seq_len=seq_len)
 
-    def gpu_line(*utilization):
-        return next(line for line in budget.format_budget("t", stages, (0.0, "node"), "a100", *utilization)
-                    if line.startswith("a100"))
 
-    line = gpu_line()
-    assert line.endswith(": 2 device-hours")
-    assert "utilization fp32 70%, bf16 27% (measured on an H100, ListOps Transformer, see docs/benchmarks.md)" in line
-    line = gpu_line(0.4)
-    assert line.endswith(f": {0.27 / 0.4 + 0.7 / 0.4:.4g} device-hours") and "x 40% utilization (--utilization)" in line
+def gpu_lines(stages, gpu, *utilization):
+    lines = budget.format_budget("t", stages, (0.0, "node"), gpu, *utilization)
+    start = next(i for i, line in enumerate(lines) if line.startswith(gpu))
+    return lines[start:-1]
+
+
+def test_a_gpu_is_projected_at_each_models_utilization_measured_on_it():
+    """The Transformer at a measured length; S4D (any diagonal init) between two, in log2 of the length; a model
+    with no measurement at the stated default, and the plan says which stage got which."""
+    s4d_at_2k = (25.5 + 29.6) / 2  # fp32, halfway between L 1024 and 4096 in log2
+    stages = [hour_at("transformer", "bf16", 2048, 266.0), hour_at("s4d-lin", "fp32", 2048, s4d_at_2k),
+              hour_at("dlr", "bf16", 1024, 989 * budget.MEASURED_UTILIZATION["bf16"]),
+              hour_at("transformer", "bf16", 256, 111.0)]  # below the shortest measured length: held there
+    head, *rows = gpu_lines(stages, "h100")
+    assert head.endswith("x each stage's utilization below): 4 device-hours")
+    assert rows == [
+        "  dlr bf16 L 1024: 27.0% (default, the ListOps Transformer's on an H100: no measurement of dlr bf16 on h100)",
+        f"  s4d-lin fp32 L 2048: {s4d_at_2k / 67:.1%} (measured on h100 at L 1024/4096, d_model 512, 6 layers, "
+        "batch 16, torch kernel; 2026-11-25, torch 2.11.0+cu130, CUDA 13.0, commit c316a3e)",
+        f"  transformer bf16 L 256: {111 / 989:.1%} (measured on h100 at L 1024/2048/4096, d_model 512, 6 layers, "
+        "batch 16, the nearest length's; 2026-11-25, torch 2.11.0+cu130, CUDA 13.0, commit c316a3e)",
+        f"  transformer bf16 L 2048: {266 / 989:.1%} (measured on h100 at L 1024/2048/4096, d_model 512, 6 layers, "
+        "batch 16; 2026-11-25, torch 2.11.0+cu130, CUDA 13.0, commit c316a3e)"]
+
+
+def test_a_gpu_without_measurements_takes_the_default_and_utilization_overrides_all():
+    # An hour of each precision at the default fractions of the a100's peaks (bf16 312, fp32 19.5 TFLOP/s).
+    stages = [hour_at("transformer", "bf16", 2048, 312 * 0.27), hour_at("transformer", "fp32", 2048, 19.5 * 0.57)]
+    head, *rows = gpu_lines(stages, "a100")
+    assert head.endswith(": 2 device-hours") and len(rows) == 2
+    assert all("(default, the ListOps Transformer's on an H100: no measurement of transformer" in r for r in rows)
+    [line] = gpu_lines(stages, "a100", 0.4)
+    assert line.endswith(f": {0.27 / 0.4 + 0.57 / 0.4:.4g} device-hours")
+    assert "x 40% utilization (--utilization)" in line
 
 
 def test_this_node_times_each_grid_points_own_model_with_the_trials_threads():
@@ -84,19 +115,60 @@ def test_this_node_times_each_grid_points_own_model_with_the_trials_threads():
     threads, rng = torch.get_num_threads(), torch.get_rng_state()
     seconds, what = budget.node_seconds([scratch], 0.05)
     assert torch.get_num_threads() == threads and torch.equal(torch.get_rng_state(), rng)
-    assert seconds > 0 and what.startswith("this node (cpu, 1 thread): timed ")
+    assert seconds > 0 and what.startswith(f"this node ({this_node(1)}): timed ")
     assert "evaluation batches of each stage's model (2 models, each after a warm-up step and batch" in what
     timed = {key: budget.time_model(key, "scratch", 0.05) for key in {p.key for p in scratch.points}}
     assert seconds == pytest.approx(sum(p.train_flops / timed[p.key].train_flops_per_s +
                                         p.eval_flops / timed[p.key].eval_flops_per_s for p in scratch.points))
 
 
+def timed(compile_s=0.0, busy=None):
+    return budget.Timed(1e9, 2e9, 3, 3, 8, 8, "somewhere", compile_s, busy)
+
+
+@pytest.mark.parametrize("t, trials_per_gpu, seconds", [
+    (timed(), 0, 10 + 5),  # FLOPs at the timed FLOP/s: 1e10 / 1e9 + 1e10 / 2e9
+    (timed(compile_s=30.0), 0, 15 + 2 * 30),  # each of the point's 2 trials compiles once
+    (timed(busy=0.25), 16, 15 * 0.25),  # packed 16 to a GPU kept busy a quarter of each step: the GPU binds
+    (timed(busy=0.01), 16, 15 / 16),  # launch-bound steps: the 16 slots bind
+    (timed(compile_s=32.0, busy=0.01), 16, 15 / 16 + 2 * 32 / 16),  # compiling holds its slot only
+    (timed(busy=None), 16, 15),  # a CPU node: no GPU to pack
+])
+def test_a_points_device_seconds_count_compiling_and_packing(t, trials_per_gpu, seconds):
+    point = budget.Point("key", "scratch", 1e10, 1e10, trials=2)
+    assert budget.point_seconds(point, t, trials_per_gpu) == pytest.approx(seconds)
+
+
+def test_this_nodes_line_says_what_compiling_and_packing_added():
+    assert budget.compile_note([timed(), timed(compile_s=12.0), timed(compile_s=30.0)]) == \
+        "; compiling counted once a trial (12-30 s a model, run.compile)"
+    assert budget.packing_note([timed(busy=0.05), timed(busy=0.4)], 16) == \
+        "; 16 trials per GPU: a step charged max(1/16, the GPU's busy share of it, 5%-40%)"
+    assert budget.packing_note([timed()], 16) == "; --trials-per-gpu 16 not counted: this node has no GPU"
+    assert budget.compile_note([timed()]) == budget.packing_note([timed(busy=0.4)], 0) == ""
+
+
+@pytest.mark.slow  # ~20 s on 2 cores: inductor compiles the training and the evaluation graphs
+def test_a_compiled_model_is_timed_with_its_compiling():
+    identity = torch.nn.Identity()
+    if train_setup.compile_model(identity, train_setup.pick_device("auto", 0)) is identity:
+        pytest.skip("torch.compile does not work here (no C++ compiler for inductor)")
+    state = studies.resolve("configs/shapes_tiny_transformer.yaml", [*TINY, "optim.max_steps=8", "run.compile=true"],
+                            check_rungs=False)
+    (point, *_) = budget.study_budget(state, stages=("scratch",))[0].points
+    assert budget.time_model(point.key, "scratch", 0.05).compile_s > 0
+
+
 def test_a_long_step_is_extrapolated_from_steps_of_fewer_examples(monkeypatch):
     """Where a whole batch's step would take longer than --seconds, steps of 1 and of b examples are timed
     and the step's time is extrapolated along the line through them: 1 s per step + 0.5 s per example here."""
-    monkeypatch.setattr(budget, "time_steps", lambda batch, model, trained, seconds: (1, 1.0 + 0.5 * batch))
-    assert budget.step_seconds(lambda batch: batch, None, None, 32, 3.0) == (1, 1.0 + 0.5 * 32, 2)
-    assert budget.step_seconds(lambda batch: batch, None, None, 4, 100.0) == (1, 1.0 + 0.5 * 4, 4)  # timed whole
+    monkeypatch.setattr(budget, "time_steps", lambda batch, model, trained, seconds:
+                        budget.Steps(1, 1.0 + 0.5 * batch, 4.0 + 0.5 * batch))
+    timing = budget.step_seconds(lambda batch: batch, None, None, 32, 3.0)
+    assert (timing.steps, timing.per_step, timing.batch) == (1, 1.0 + 0.5 * 32, 2)
+    timing = budget.step_seconds(lambda batch: batch, None, None, 4, 100.0)
+    assert (timing.steps, timing.per_step, timing.batch) == (1, 1.0 + 0.5 * 4, 4)  # timed whole
+    assert timing.compile_s == 3.0 and timing.busy is None  # the first warm-up less its step; no GPU here
 
 
 @pytest.mark.parametrize("instance, gpu", [("g5.xlarge", "a10g"), ("p4de.24xlarge", "a100"), ("p5.48xlarge", "h100")])
@@ -123,7 +195,7 @@ def test_sptune_plan_prints_every_stage_and_makes_no_directory(tmp_path, capsys,
                  "--gpu", "h100"]) == 0
     out = capsys.readouterr().out
     assert [line.split()[0] for line in out.splitlines()[2:6]] == ["pretrain", "finetune", "scratch", "total"]
-    assert "this node (cpu, 1 thread): timed " in out and "h100 (--gpu; peak TFLOP/s" in out
+    assert f"this node ({this_node(1)}): timed " in out and "h100 (--gpu; peak TFLOP/s" in out
     assert list(tmp_path.iterdir()) == []
 
 

@@ -118,6 +118,57 @@ def test_dplr_kernel_hippo_legs_matches_dense_definition():
     assert rel_err(k, ssm_minimal.dplr_kernel(dt, A, P, B, C, 128)) < 1e-9
 
 
+def test_dplr_closed_form_dA_is_the_bilinear_discretization():
+    dt, A, P, B, _ = random_system()
+    dA, _ = ssm.bilinear(dt, ssm.dplr_state_matrix(A, P), ssm.conj_pairs(B))  # two LU solves
+    assert rel_err(ssm.dplr_bilinear_dA(dt, A, P), dA) < 1e-12
+
+
+@pytest.mark.parametrize("L", [1, 17, 40, 64, 100, 170])  # below, at and above the trained length (40)
+def test_dplr_kernel_from_trained_ctilde_matches_dense_definition(L):
+    """What an S4 layer computes from its parameter C~ (at length 40): the kernel of the true C, any length."""
+    dt, A, P, B, C = random_system(seed=3)
+    C_tilde = ssm.ctilde_from_c(dt, A, P, C, 40)
+    k = ssm.dplr_kernel_trained(dt, A, P, B, C_tilde, 40, L, "torch")
+    assert k.shape == (2, 3, L)
+    assert rel_err(k, ssm_minimal.dplr_kernel(dt, A, P, B, C, L)) < 1e-9
+    assert rel_err(k, ssm_minimal.dplr_kernel_from_ctilde(dt, A, P, B, C_tilde, 40, L)) < 1e-9
+
+
+def test_c_from_ctilde_inverts_ctilde_from_c():
+    dt, A, P, _, C = random_system(seed=4)
+    C_tilde = ssm.ctilde_from_c(dt, A, P, C, 37)
+    assert rel_err(ssm.c_from_ctilde(dt, A, P, C_tilde, 37), C) < 1e-10
+    doubled, length = ssm.double_ctilde(dt, A, P, C_tilde, 37, 100)  # 37 -> 74 -> 148
+    assert length == 148 and rel_err(doubled, ssm.ctilde_from_c(dt, A, P, C, 148)) < 1e-10
+
+
+def test_trained_dplr_kernel_runs_no_solve_and_no_matrix_power(monkeypatch):
+    """At or below its trained length, the kernel is Alg. 1 on C~: no dense dA, no LU, no dA^L."""
+    dt, A, P, B, C = random_system(seed=5)
+    C_tilde = ssm.ctilde_from_c(dt, A, P, C, 64)
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("dense work in the per-call kernel")
+
+    for name in ("solve", "matrix_power", "inv", "lu_factor"):
+        monkeypatch.setattr(torch.linalg, name, forbidden)
+    monkeypatch.setattr(ssm, "dplr_bilinear_dA", forbidden)
+    for L in (64, 50):
+        assert ssm.dplr_kernel_trained(dt, A, P, B, C_tilde, 64, L, "torch").shape == (2, 3, L)
+
+
+def test_dplr_trained_on_s4_reference_ctilde_at_other_lengths(reference):
+    """The reference's C~ (at l_kernel = 64) truncated to 32 and doubled to 128, against the true C's kernel."""
+    sd, k = reference["dplr_legs"]["state_dict"], reference["dplr_legs"]["k"]
+    dt, A, P, B, C_tilde = reference_params(sd)
+    assert rel_err(ssm.dplr_kernel_trained(dt, A, P, B, C_tilde, 64, 32, "torch"), k[..., :32]) < TOL
+    c64 = lambda t: t.to(torch.complex128)
+    C = ssm.c_from_ctilde(dt.double(), c64(A), c64(P), c64(C_tilde), 64)  # the true C, in float64
+    k128 = ssm_minimal.dplr_kernel(dt.double(), c64(A), c64(P), c64(B), C, 128)
+    assert rel_err(ssm.dplr_kernel_trained(dt, A, P, B, C_tilde, 64, 128, "torch"), k128) < TOL
+
+
 def test_dplr_kernel_with_zero_P_is_bilinear_diag_kernel():
     dt, A, _, B, C = random_system()
     k = ssm.dplr_kernel(dt, A, torch.zeros_like(A), B, C, 40, backend="torch")

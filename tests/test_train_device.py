@@ -44,6 +44,7 @@ def test_the_train_worker_asks_ray_train_for_its_device(tmp_path, monkeypatch):
     monkeypatch.setattr(ray.train, "get_context", Rank1)
     monkeypatch.setattr(ray.train.torch, "get_device", lambda: torch.device("cuda", 3))
     monkeypatch.setattr(resources, "trial_device", lambda requested: ("cuda", None))
+    monkeypatch.setattr(resources, "start_gpu_trial", lambda share: None)  # no CUDA here to reset or cap
     monkeypatch.setattr(trainable, "run_stage", lambda *args, **kwargs: seen.update(kwargs) or {})
     cfg = config.load(None, [f"run.out_dir={tmp_path}"])
     trainable.train_worker({"cfg": cfg.to_dict(), "stage": "scratch", "run_dir": str(tmp_path / "run"),

@@ -10,13 +10,17 @@ end of the caller: "crashed (signal 11): SIGSEGV", "hung: no answer in 180 s", "
 A verdict is cached in cache_root()/backend_probe.json (sptune.tasks.base: $SPTUNE_CACHE, default
 ~/.cache/sptune) under the node and the versions it depends on (host, Python, torch, the backend's library and
 where it is installed, the device), so a node pays for a probe once, not once per trial; in a process it is
-also memoised. Only this (parent) side reads and writes the cache.
+also memoised. Only this (parent) side reads and writes the cache, under an exclusive lock on
+backend_probe.lock beside it: 16 trials packed on one GPU (--trials-per-gpu) start together, and without the
+lock each would find no verdict and run its own child (16 pykeops builds at once).
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import contextlib
+import fcntl
 import json
 import os
 import platform
@@ -26,6 +30,7 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
@@ -72,12 +77,27 @@ def probe(backend: str, timeout_s: float | None = None, device: torch.device | N
     if not fresh and memo_key in _memo:
         return _memo[memo_key]
     key = cache_key(backend, device)
-    cached = None if fresh else read_cache().get(key)
-    verdict = Probe(**cached) if cached else run_child(backend, device, timeout_s or default_timeout())
-    if not cached:  # re-read: another process may have added its verdict meanwhile
-        atomic.write_json(cache_path(), {**read_cache(), key: asdict(verdict)})
+    with node_lock():  # a process that waited here reads the verdict the holder wrote
+        cached = None if fresh else read_cache().get(key)
+        verdict = Probe(**cached) if cached else run_child(backend, device, timeout_s or default_timeout())
+        if not cached:  # merged: the file holds other backends' and devices' verdicts too
+            atomic.write_json(cache_path(), {**read_cache(), key: asdict(verdict)})
     _memo[memo_key] = verdict
     return verdict
+
+
+@contextlib.contextmanager
+def node_lock() -> Iterator[None]:
+    """This node's probe lock (flock on a file beside the cache): one process at a time reads, probes and writes.
+    The holder waits at most its child's timeout; the lock goes with its process, however that ends."""
+    path = cache_path().with_suffix(".lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def default_device() -> torch.device:

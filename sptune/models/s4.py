@@ -7,6 +7,7 @@ Parameterization (as state-spaces/s4, so the s4 reference checkpoints map one to
     dt = exp(log_dt)                       (H,)     log-uniform in [dt_min, dt_max] at init
     A  = -exp(A_real) - i A_imag           (H, N/2) Re(A) < 0 for every value of A_real
     B, P, C complex, stored as (re, im) pairs in a trailing axis of size 2
+    DPLR: C holds C~ = C_true (I - dA^l_kernel), as s4 trains it, once l_kernel > 0 (see S4Layer.kernel)
 Because Re(A) = -exp(.) < 0 and p p^H is positive semi-definite, A - p p^H has a negative definite
 Hermitian part, so both the ZOH and the bilinear discretizations are stable (|eigenvalues| < 1) for any
 parameter values, including the random init of Appendix C.1.3.
@@ -124,6 +125,12 @@ class S4Layer(SSMConvBlock):
         if mode == "dplr":
             self.P = nn.Parameter(torch.view_as_real(P.to(torch.cfloat)).expand(H, N2, 2).clone())  # (H, N/2, 2)
             ssm_params.append(self.P)
+            # The length C~ is defined at; 0 = C is still the true C (s4's l_kernel, saved with the weights).
+            # kernel_length mirrors it as a Python int, so a forward reads it without a host-device sync. A DPLR
+            # checkpoint from before l_kernel (its C the true C) is refused by strict loading, not misread.
+            self.register_buffer("l_kernel", torch.zeros((), dtype=torch.long))
+            self.kernel_length = 0
+            self.register_load_state_dict_post_hook(_mirror_kernel_length)
         self.C = nn.Parameter(torch.view_as_real(C))  # (c, H, N/2, 2)
 
         if init == "random":
@@ -134,7 +141,8 @@ class S4Layer(SSMConvBlock):
             tag_ssm_param(p, ssm_lr)
 
     def ssm_params(self):
-        """Continuous-time parameters: dt (H,), A (H, N/2), P (H, N/2) or None, B (H, N/2), C (c, H, N/2)."""
+        """Continuous-time parameters: dt (H,), A (H, N/2), P (H, N/2) or None, B (H, N/2), C (c, H, N/2).
+        DPLR: C is C~ at kernel_length once that is set (> 0), the true C before."""
         dt = torch.exp(self.log_dt)
         A = -torch.exp(self.A_real) - 1j * self.A_imag
         P = torch.view_as_complex(self.P) if self.mode == "dplr" else None
@@ -145,11 +153,28 @@ class S4Layer(SSMConvBlock):
         return f"cauchy {self.backend}" if self.mode == "dplr" else None
 
     def kernel(self, L: int):
-        """(channels, H, L) convolution kernel."""
+        """(channels, H, L) convolution kernel.
+
+        DPLR trains C~ = C (I - dA^l) directly (state-spaces/s4): the first call converts the initial C to C~ at
+        its L, once; from then on every call is S4 Alg. 1 on C~, with no dense matrix, solve or matrix power
+        (a length above kernel_length doubles C~ on the fly without storing it: kernel analyses, not training).
+        """
+        if self.mode == "dplr" and self.kernel_length == 0:
+            self.set_kernel_length(L)
         dt, A, P, B, C = self.ssm_params()
         if self.mode == "dplr":
-            return ssm.dplr_kernel(dt, A, P, B, C, L, backend=self.backend)
+            return ssm.dplr_kernel_trained(dt, A, P, B, C, self.kernel_length, L, self.backend)
         return ssm.diag_kernel(dt, A, B, C, L, disc="zoh")
+
+    @torch.compiler.disable  # once per layer, eagerly: compiled forwards then hold only the Alg. 1 path
+    @torch.no_grad()
+    def set_kernel_length(self, L: int) -> None:
+        """Replace the true C by C~ = C (I - dA^L) (s4's _setup_C): the kernel is the same function of the
+        parameters, now reached without dA^L. In place, so an optimizer built before keeps the parameter."""
+        dt, A, P, _, C = self.ssm_params()
+        self.C.copy_(torch.view_as_real(ssm.ctilde_from_c(dt, A, P, C, L)))
+        self.l_kernel.fill_(L)
+        self.kernel_length = L
 
     def kernel_flops(self, L: int) -> float:
         H, N = self.A_real.shape  # N/2 stored pairs
@@ -161,8 +186,10 @@ class S4Layer(SSMConvBlock):
         """Causal SSM output of kernel channel `channel` by the recurrence x_t = dA x_{t-1} + dB u_t."""
         dt, A, P, B, C = self.ssm_params()
         if self.mode == "dplr":
-            # dense conjugate-completed state of size 2N (bilinear, Eq. 2.2-2.3): y_t = Re(c . x_t)
+            # dense conjugate-completed state of size 2N (bilinear, Eq. 2.2-2.3): y_t = Re(c . x_t), c the true C
             dA, dB = ssm.bilinear(dt, ssm.dplr_state_matrix(A, P), ssm.conj_pairs(B))  # (H, 2N, 2N), (H, 2N)
+            if self.kernel_length > 0:
+                C = ssm.c_from_ctilde(dt, A, P, C, self.kernel_length)  # (c, H, N/2)
             c = ssm.conj_pairs(C[channel])  # (H, 2N)
         else:
             # one member per pair; its conjugate adds the conjugate output, so y_t = Re(2c . x_t)
@@ -184,8 +211,8 @@ class S4Layer(SSMConvBlock):
             kernel.inv_dt (H, 1)          -> log_dt (H,)       (s4 dt_transform='exp': dt = exp(inv_dt))
             kernel.A_real, kernel.A_imag  -> A_real, A_imag    (same -exp(.) - i(.) convention)
             kernel.B, kernel.P (1, H, N/2, 2) -> B, P (H, N/2, 2)
-            kernel.C (c, H, N/2, 2)       -> C                 (DPLR: s4 stores C~ = C (I - dA^l_kernel);
-                                                                 here C = C~ (I - dA^l_kernel)^{-1})
+            kernel.C (c, H, N/2, 2)       -> C                 (DPLR: C~ = C (I - dA^l_kernel), as here)
+            kernel.l_kernel ()            -> l_kernel          (DPLR: the length C~ is defined at; 0 = true C)
             D (1, H)                      -> D (H,)
             output_linear.0.{weight,bias} -> output_linear.{weight,bias}
         mode defaults to "dplr" when P is present, else "diag-lin" (any diagonal mode: the init is
@@ -208,9 +235,7 @@ class S4Layer(SSMConvBlock):
         }
         if mode == "dplr":
             new["P"] = sd["kernel.P"][0]
-            l_kernel = int(sd["kernel.l_kernel"])
-            if l_kernel > 0:
-                C = _ctilde_to_c(new, C, l_kernel)
+            new["l_kernel"] = sd["kernel.l_kernel"].reshape(()).long()
         new["C"] = torch.view_as_real(C.to(torch.cfloat))
         for name in ("weight", "bias"):
             if f"output_linear.0.{name}" in state_dict:
@@ -219,14 +244,6 @@ class S4Layer(SSMConvBlock):
         return layer
 
 
-def _ctilde_to_c(params, C_tilde, L: int):
-    """Invert s4's C~ = C (I - dA^L) in float64: C = C~ (I - dA^L)^{-1}. C_tilde (c, H, N/2) -> (c, H, N/2)."""
-    dt = torch.exp(params["log_dt"].double())
-    A = -torch.exp(params["A_real"].double()) - 1j * params["A_imag"].double()
-    P = torch.view_as_complex(params["P"].double().contiguous())
-    B = torch.view_as_complex(params["B"].double().contiguous())
-    dA, _ = ssm.bilinear(dt, ssm.dplr_state_matrix(A, P), ssm.conj_pairs(B))  # (H, 2N, 2N)
-    M = torch.eye(dA.size(-1), dtype=dA.dtype) - torch.linalg.matrix_power(dA, L)  # (H, 2N, 2N)
-    c = ssm.conj_pairs(C_tilde.to(torch.complex128))  # (c, H, 2N)
-    C = torch.linalg.solve(M.transpose(-1, -2), c.unsqueeze(-1)).squeeze(-1)  # c = C M  <=>  M^T C^T = c^T
-    return C[..., : C_tilde.size(-1)]
+def _mirror_kernel_length(layer: S4Layer, incompatible_keys) -> None:
+    """After load_state_dict: kernel_length follows the loaded l_kernel (read once here, not per forward)."""
+    layer.kernel_length = int(layer.l_kernel)

@@ -6,7 +6,9 @@ K_l = C A^l B. This file computes K for the three parameterizations compared in 
 - diag_kernel: diagonal A (S4D), discretized by ZOH or bilinear (Eq. 2.2-2.3 with P = 0).
 - dplr_kernel: diagonal plus low rank A - P P^* (S4, Eq. 2.1-2.4), via the Cauchy kernel + Woodbury
   identity evaluated on the roots of unity (Gu et al. 2022, "Efficiently modeling long sequences with
-  structured state spaces", Alg. 1).
+  structured state spaces", Alg. 1). Alg. 1 needs C~ = C (I - dA^L), not C: an S4 layer trains C~ itself
+  (dplr_kernel_trained, as state-spaces/s4 does), so its forward forms no dense matrix, solves nothing and
+  takes no matrix power; dplr_kernel from the true C is the definition, for tests and conversions.
 - dlr_kernel: the diagonal linear RNN of Gupta et al. 2022b (Eq. 3), x_n = Lambda x_{n-1} + 1 u_n.
 
 Conventions (those of state-spaces/s4): complex parameters of S4/S4D hold one member of each conjugate
@@ -143,6 +145,27 @@ def bilinear(dt, A, B):
     return dA, dB
 
 
+def dplr_bilinear_dA(dt, A, P):
+    """The bilinear dA of the conjugate-completed DPLR matrix, in closed form (no LU, no solve).
+
+    With Lambda = diag(A, conj A), p = [P, conj P] and d = 1 - dt/2 Lambda (diagonal), Sherman-Morrison gives
+        (I - dt/2 (Lambda - p p^*))^{-1} = D^{-1} - s q r^T,  q = p / d,  r = conj(p) / d,
+        s = (dt/2) / (1 + (dt/2) p^* D^{-1} p),
+    and dA = that inverse times (I + dt/2 (Lambda - p p^*)). A dense (H, 2N, 2N) result: used where C~ is set
+    up or extended (once per layer, not per forward) and by the recurrence that tests the convolution.
+
+    dt (H,), A, P (H, N) -> dA (H, 2N, 2N).
+    """
+    lam, p = conj_pairs(A), conj_pairs(P)  # (H, 2N)
+    half = (dt / 2)[:, None]  # (H, 1)
+    d = 1 - half * lam  # (H, 2N) diagonal of D
+    q, r = p / d, p.conj() / d  # (H, 2N)
+    s = half / (1 + half * (p.conj() * q).sum(-1, keepdim=True))  # (H, 1)
+    inv = torch.diag_embed(1 / d) - s[..., None] * q[:, :, None] * r[:, None, :]  # (H, 2N, 2N)
+    plus = torch.diag_embed(1 + half * lam) - half[..., None] * p[:, :, None] * p.conj()[:, None, :]
+    return inv @ plus  # (H, 2N, 2N)
+
+
 # ----------------------------------------------------------------------------------------------------
 # Kernels
 
@@ -250,7 +273,7 @@ def dlr_kernel(log_lambda, W, L: int):
 
 # ----------------------------------------------------------------------------------------------------
 # FLOPs of kernel generation (forward, real flops), priced here because they are complex arithmetic that
-# torch's FlopCounterMode prices as real (matmuls) or not at all (elementwise ops, pykeops, linalg.solve);
+# torch's FlopCounterMode prices as real (matmuls) or not at all (elementwise ops, pykeops);
 # sptune.flops adds them to the counted FLOPs (the real matmuls of the diagonal and DLR kernels are
 # counted by the counter itself, forward and backward). A complex multiply is 4 real multiplies + 2 adds,
 # a complex multiply-accumulate one more complex add; a complex exponential or reciprocal is priced as one
@@ -276,18 +299,14 @@ def dlr_kernel_flops(channels: int, H: int, N: int, L: int) -> float:
 
 
 def dplr_kernel_flops(channels: int, H: int, N: int, L: int) -> float:
-    """dplr_kernel (S4) as implemented here, per channel h with the dense state M = 2N (N stored pairs):
-        bilinear dA, dB: LU of (I - dt/2 A) (M^3/3) + triangular solves for M + 1 right-hand sides (M^2 each)
-        dA^L: matrix_power by repeated squaring, (bit_length(L) - 1) squarings + (popcount(L) - 1) products
-        C~ = C (I - dA^L): channels x M^2
-        Cauchy sums (S4 Alg. 1) at the L//2 + 1 roots of unity: per (pole, node) the reciprocal
-        1 / (a - b w) (2 complex multiplies) and 2 (channels + 1) multiply-accumulates (Woodbury terms).
-    """
+    """dplr_kernel_trained (what an S4 layer runs each forward, C~ trained at its kernel length L), per channel h
+    with M = 2N poles (N stored pairs): the Cauchy sums of S4 Alg. 1 at the L//2 + 1 roots of unity, per
+    (pole, node) the reciprocal 1 / (a - b w) (2 complex multiplies) and 2 (channels + 1) multiply-accumulates
+    (the Woodbury terms' rows C~ and p^* against the columns B and p). No dense (2N, 2N) work: C~ is the
+    parameter, so neither dA nor dA^L is formed (the one-time conversion C -> C~ at a layer's first forward is
+    not a per-call cost). The inverse real FFT is counted by the counter."""
     M, F = 2 * N, L // 2 + 1
-    products = (L.bit_length() - 1) + (bin(L).count("1") - 1)
-    dense = M**3 / 3 + M**2 * (M + 1) + products * M**3 + channels * M**2
-    cauchy = M * F * (2 * COMPLEX_MUL + 2 * (channels + 1) * COMPLEX_MAC)
-    return H * (COMPLEX_MAC * dense + cauchy)
+    return H * M * F * (2 * COMPLEX_MUL + 2 * (channels + 1) * COMPLEX_MAC)
 
 
 def resolve_backend(backend: str) -> str:
@@ -324,7 +343,15 @@ def _log_choice(level: int, backend: str, why: str) -> str:
 
 
 def dplr_kernel_from_ctilde(dt, A, P, B, C_tilde, L: int, backend: str = "auto"):
-    """S4 Alg. 1: the DPLR kernel from C~ = C (I - dA^L): O(N L) Cauchy sums + one FFT, no matrix powers.
+    """S4 Alg. 1: the DPLR kernel of length L from C~ = C (I - dA^L); `backend` is resolved (and logged) here.
+
+    dt (H,), A, P, B (H, N), C_tilde (c, H, N) complex -> K (c, H, L) real.
+    """
+    return cauchy_kernel(dt, A, P, B, C_tilde, L, resolve_backend(backend))
+
+
+def cauchy_kernel(dt, A, P, B, C_tilde, L: int, backend: str):
+    """S4 Alg. 1 with an already resolved Cauchy backend: O(N L) Cauchy sums + one FFT, no dense matrices.
 
     The truncated generating function of K evaluated at the L-th roots of unity w_k = exp(-2 pi i k / L)
     is K^(w) = C~ (I - w dA)^{-1} dB (S4 Lemma C.2). With the bilinear dA, dB (Eq. 2.2-2.3):
@@ -333,11 +360,11 @@ def dplr_kernel_from_ctilde(dt, A, P, B, C_tilde, L: int, backend: str = "auto")
         K^(w) = dt [k00 - b dt k01 k10 / (1 + b dt k11)],
         k00 = C~ R B,  k01 = C~ R p,  k10 = p^* R B,  k11 = p^* R p.
     S4 writes the same thing as 2/(1+w) times a Cauchy sum at z = 2(1-w)/(1+w); keeping (a, b) separate
-    avoids the 0 * inf at the Nyquist node w = -1. K is the inverse real FFT of K^.
+    avoids the 0 * inf at the Nyquist node w = -1. K is the inverse real FFT of K^. No logging and no host
+    sync: a layer's forward calls this (compiled as one graph).
 
     dt (H,), A, P, B (H, N), C_tilde (c, H, N) complex -> K (c, H, L) real.
     """
-    backend = resolve_backend(backend)
     k = torch.arange(L // 2 + 1, device=A.device, dtype=torch.float64)
     omega = torch.polar(torch.ones_like(k), -2 * math.pi * k / L).to(A.dtype)  # (L//2+1,) roots of unity
     a, b = 1 - omega, (1 + omega) / 2
@@ -353,22 +380,69 @@ def dplr_kernel_from_ctilde(dt, A, P, B, C_tilde, L: int, backend: str = "auto")
     return torch.fft.irfft(k_f, n=L)  # (c, H, L)
 
 
-def dplr_kernel(dt, A, P, B, C, L: int, backend: str = "auto"):
-    """S4 (NPLR / DPLR) kernel K[c, h, l] = c . dA^l . dB (Eq. 2.4), dA, dB the bilinear discretization of
-    A_full = diag(A, conj A) - p p^H, p = [P, conj P], b = [B, conj B], c = [C, conj C].
+def ctilde_from_c(dt, A, P, C, L: int):
+    """C~ = C (I - dA^L) from the true output vector C: one dense dA (closed form) and dA^L by repeated squaring
+    (log2 L batched complex matmuls). What a layer does once, at its first forward; never per call.
 
-    C is the true output vector. S4 stores C~ = C (I - dA^L) instead; here C~ is recomputed on every call
-    from dA^L (repeated squaring of the dense (H, 2N, 2N) dA: log2(L) batched matmuls), so the kernel is
-    defined for any L and gradients flow to C, A, P, B and dt through it.
+    dt (H,), A, P (H, N), C (c, H, N) -> C~ (c, H, N), still one member of each conjugate pair.
+    """
+    N = A.size(-1)
+    dA_L = torch.linalg.matrix_power(dplr_bilinear_dA(dt, A, P), L)  # (H, 2N, 2N)
+    c = conj_pairs(C)  # (c, H, 2N)
+    return (c - torch.einsum("chm,hmn->chn", c, dA_L))[..., :N]  # conjugate-symmetric: keep the first half
+
+
+def double_ctilde(dt, A, P, C_tilde, l_kernel: int, L: int):
+    """C~ at length l_kernel -> (C~ at l_kernel 2^m >= L, l_kernel 2^m), by C (I - dA^2l) = C (I - dA^l)(I + dA^l):
+    no inverse of (I - dA^l) (ill-conditioned when dt l is small). For a kernel asked longer than the one
+    trained (an analysis at another length); the training step never takes this path.
+
+    dt (H,), A, P (H, N), C_tilde (c, H, N) -> ((c, H, N), int).
+    """
+    N = A.size(-1)
+    power = torch.linalg.matrix_power(dplr_bilinear_dA(dt, A, P), l_kernel)  # (H, 2N, 2N) dA^l
+    c = conj_pairs(C_tilde)  # (c, H, 2N)
+    while l_kernel < L:
+        c = c + torch.einsum("chm,hmn->chn", c, power)  # C~ (I + dA^l)
+        power, l_kernel = power @ power, 2 * l_kernel
+    return c[..., :N], l_kernel
+
+
+def c_from_ctilde(dt, A, P, C_tilde, L: int):
+    """The true C = C~ (I - dA^L)^{-1} (a dense solve): for the step-by-step recurrence, which needs C itself.
+
+    dt (H,), A, P (H, N), C_tilde (c, H, N) -> C (c, H, N).
+    """
+    N = A.size(-1)
+    dA = dplr_bilinear_dA(dt, A, P)  # (H, 2N, 2N)
+    M = torch.eye(dA.size(-1), dtype=dA.dtype, device=dA.device) - torch.linalg.matrix_power(dA, L)
+    c_tilde = conj_pairs(C_tilde)  # (c, H, 2N)
+    C = torch.linalg.solve(M.mT, c_tilde.unsqueeze(-1)).squeeze(-1)  # c~ = c M  <=>  M^T c^T = c~^T
+    return C[..., :N]
+
+
+def dplr_kernel_trained(dt, A, P, B, C_tilde, l_kernel: int, L: int, backend: str):
+    """An S4 layer's kernel (c, H, L) from its trained C~ = C (I - dA^l_kernel), backend already resolved.
+
+    L <= l_kernel (the training step: L == l_kernel): Alg. 1 at l_kernel, truncated (K_l does not depend on the
+    length it is computed for), so no solve and no matrix power. L > l_kernel: C~ doubled first (double_ctilde).
+    """
+    if L > l_kernel:
+        C_tilde, l_kernel = double_ctilde(dt, A, P, C_tilde, l_kernel, L)
+    k = cauchy_kernel(dt, A, P, B, C_tilde, l_kernel, backend)  # (c, H, l_kernel)
+    return k if l_kernel == L else k[..., :L]
+
+
+def dplr_kernel(dt, A, P, B, C, L: int, backend: str = "auto"):
+    """S4 (NPLR / DPLR) kernel K[c, h, l] = c . dA^l . dB (Eq. 2.4) from the TRUE output vector C, dA, dB the
+    bilinear discretization of A_full = diag(A, conj A) - p p^H, p = [P, conj P], b = [B, conj B],
+    c = [C, conj C]: C~ = C (I - dA^L) (ctilde_from_c), then Alg. 1. The definition, for tests and conversions;
+    an S4 layer trains C~ itself and calls dplr_kernel_trained, as state-spaces/s4 does.
 
     dt (H,) real, A, P, B (H, N) complex, C (c, H, N) complex -> K (c, H, L) real.
     """
-    N = A.size(-1)
-    dA, _ = bilinear(dt, dplr_state_matrix(A, P), conj_pairs(B))  # (H, 2N, 2N)
-    dA_L = torch.linalg.matrix_power(dA, L)  # (H, 2N, 2N)
-    c = conj_pairs(C)  # (c, H, 2N)
-    c_tilde = c - torch.einsum("chm,hmn->chn", c, dA_L)  # C (I - dA^L), still conjugate-symmetric
-    return dplr_kernel_from_ctilde(dt, A, P, B, c_tilde[..., :N], L, backend)
+    backend = resolve_backend(backend)
+    return cauchy_kernel(dt, A, P, B, ctilde_from_c(dt, A, P, C, L), L, backend)
 
 
 def fft_conv(u, k, D=None):

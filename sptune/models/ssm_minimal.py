@@ -40,20 +40,44 @@ def diag_kernel(dt, A, B, C, L: int, disc: str = "zoh"):
     return krylov(L, dA, dB, c).real
 
 
-def dplr_kernel(dt, A, P, B, C, L: int):
-    """S4 kernel from the dense definition: A_full = diag(A, conj A) - p p^H, p = [P, conj P], discretized
-    bilinearly with explicit matrix inverses, powered one step at a time.
+def dplr_discretized(dt, A, P, B):
+    """The dense bilinear S4 system: A_full = diag(A, conj A) - p p^H, p = [P, conj P], with explicit inverses.
 
-    dt (H,), A, P, B (H, N), C (c, H, N) (true C, not C~) -> (c, H, L).
+    dt (H,), A, P, B (H, N) -> dA (H, 2N, 2N), dB (H, 2N).
     """
     p = torch.cat([P, P.conj()], -1)  # (H, 2N)
     A_full = torch.diag_embed(torch.cat([A, A.conj()], -1)) - p[:, :, None] * p.conj()[:, None, :]
     b = torch.cat([B, B.conj()], -1)  # (H, 2N)
-    c = torch.cat([C, C.conj()], -1)  # (c, H, 2N)
     I = torch.eye(A_full.size(-1), dtype=A.dtype)
     inv = torch.linalg.inv(I - dt[:, None, None] / 2 * A_full)
     dA = inv @ (I + dt[:, None, None] / 2 * A_full)  # (H, 2N, 2N)
     dB = (inv @ (dt[:, None] * b).unsqueeze(-1)).squeeze(-1)  # (H, 2N)
+    return dA, dB
+
+
+def dplr_kernel(dt, A, P, B, C, L: int):
+    """S4 kernel from the dense definition, discretized bilinearly (dplr_discretized), powered one step at a time.
+
+    dt (H,), A, P, B (H, N), C (c, H, N) (true C, not C~) -> (c, H, L).
+    """
+    dA, dB = dplr_discretized(dt, A, P, B)
+    c = torch.cat([C, C.conj()], -1)  # (c, H, 2N)
+    return krylov(L, dA, dB, c).real
+
+
+def dplr_kernel_from_ctilde(dt, A, P, B, C_tilde, l_kernel: int, L: int):
+    """S4 kernel from C~ = C (I - dA^l_kernel), what an S4 layer trains (as state-spaces/s4 does): the true C
+    recovered as C~ (I - dA^l_kernel)^{-1} with an explicit inverse, then the definition above, for any L.
+
+    dt (H,), A, P, B (H, N), C_tilde (c, H, N) -> (c, H, L).
+    """
+    dA, dB = dplr_discretized(dt, A, P, B)
+    I = torch.eye(dA.size(-1), dtype=dA.dtype)
+    power = I
+    for _ in range(l_kernel):
+        power = power @ dA  # dA^l_kernel, one multiplication at a time
+    c_tilde = torch.cat([C_tilde, C_tilde.conj()], -1)  # (c, H, 2N)
+    c = torch.einsum("chm,hmn->chn", c_tilde, torch.linalg.inv(I - power))  # (c, H, 2N) true C
     return krylov(L, dA, dB, c).real
 
 

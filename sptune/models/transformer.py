@@ -12,12 +12,16 @@ SelfAttention is only the sequence-mixing layer: the backbone owns norms and res
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import inspect
 import logging
 import math
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from sptune.errors import UserError
 
@@ -33,6 +37,18 @@ ATTENTION_KINDS = ("full", "block")
 BACKENDS = ("auto", "flash", "sdpa")
 
 _logged: set[str] = set()  # messages already logged: every layer of every model shares them
+
+# SDPA's kernels as provenance names them ("sdpa flash"), by torch's SDPBackend (what _fused_sdp_choice returns).
+SDPA_KERNELS = {SDPBackend.MATH: "math", SDPBackend.FLASH_ATTENTION: "flash",
+                SDPBackend.EFFICIENT_ATTENTION: "efficient", SDPBackend.CUDNN_ATTENTION: "cudnn",
+                SDPBackend.OVERRIDEABLE: "overrideable"}
+# On Hopper (sm90) SDPA tries cuDNN's attention first: torch's own order puts it last (flash, efficient, math,
+# cudnn), yet there it is 1.7-2.3x faster than the flash kernel (FlashAttention-2) for training shapes at the same
+# accuracy, and slower on Ampere, Ada and Blackwell (huggingface/transformers#48163's benchmark of six GPUs). A
+# preference, not a restriction: what cuDNN cannot serve falls through to the next kernel. set_priority needs
+# torch >= 2.6; before it SDPA keeps its own order.
+CUDNN_FIRST = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+SET_PRIORITY = "set_priority" in inspect.signature(sdpa_kernel).parameters
 
 
 def _log_once(level: int, message: str) -> None:
@@ -119,8 +135,32 @@ def flash_dtype(q: torch.Tensor) -> torch.dtype:
     it, else fp16."""
     if q.dtype in HALF:
         return q.dtype
-    bf16 = is_cuda(q) and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    bf16 = is_cuda(q) and torch.cuda.is_available() and _bf16_supported()
     return torch.bfloat16 if bf16 else torch.float16
+
+
+@torch.compiler.assume_constant_result  # a fact of the node: a compiled forward bakes it in, no graph break
+@functools.lru_cache(maxsize=None)
+def _bf16_supported() -> bool:
+    return torch.cuda.is_bf16_supported()
+
+
+@torch.compiler.assume_constant_result
+@functools.lru_cache(maxsize=None)
+def _capability_major(index: int) -> int:
+    return torch.cuda.get_device_capability(index)[0]
+
+
+def cudnn_first(device: torch.device) -> bool:
+    """Whether SDPA on `device` tries cuDNN's attention first (CUDNN_FIRST): a Hopper GPU, torch >= 2.6."""
+    if device.type != "cuda" or not SET_PRIORITY or not torch.cuda.is_available():
+        return False
+    return _capability_major(device.index if device.index is not None else torch.cuda.current_device()) == 9
+
+
+def sdpa_order(device: torch.device):
+    """The context SDPA runs in on `device`: cuDNN first on Hopper, torch's own order elsewhere."""
+    return sdpa_kernel(CUDNN_FIRST, set_priority=True) if cudnn_first(device) else contextlib.nullcontext()
 
 
 def is_cuda(t: torch.Tensor) -> bool:
@@ -143,12 +183,19 @@ def attend(
         q, k, v = (t.transpose(1, 2).to(half) for t in (q, k, v))  # (B, L, H, hd), flash-attn's layout
         y = flash_attn_func(q, k, v, dropout_p=dropout_p, causal=causal)  # (B, Lq, H, hd)
         return y.transpose(1, 2).to(dtype)  # (B, H, Lq, hd) in the caller's dtype
+    mask = causal_mask(q, k, causal)
+    with sdpa_order(q.device):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                              is_causal=causal and mask is None)
+
+
+def causal_mask(q: torch.Tensor, k: torch.Tensor, causal: bool) -> torch.Tensor | None:
+    """The (Lq, Lk) bottom-right causal mask SDPA needs when Lq != Lk (is_causal would align top-left; at most
+    (w, 2w) for a block); None where is_causal does (or nothing is masked)."""
     Lq, Lk = q.shape[-2], k.shape[-2]
-    if causal and Lq != Lk:
-        # is_causal would align top-left; an explicit (Lq, Lk) mask is at most (w, 2w) for a block
-        mask = torch.ones(Lq, Lk, dtype=torch.bool, device=q.device).tril(diagonal=Lk - Lq)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-    return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal)
+    if not causal or Lq == Lk:
+        return None
+    return torch.ones(Lq, Lk, dtype=torch.bool, device=q.device).tril(diagonal=Lk - Lq)
 
 
 def block_attention(
@@ -213,39 +260,60 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.proj = nn.Linear(d_model, d_model)
         self.rotary = RotaryEmbedding(self.head_dim) if rotary else None
+        _log_once(*self._announcement())
+        if dropout > 0:  # torch's fused CPU kernel has no dropout
+            _log_once(logging.INFO, "attention dropout > 0: training on the CPU takes SDPA's math path, (B, H, L, L) "
+                                    "scores")
+
+    def _announcement(self) -> tuple[int, str]:
+        """The attention backend policy, logged once when a layer is built: forward logs nothing (a logging call
+        there would split a compiled graph). What a run actually used is in its provenance (attention_kernel)."""
+        if self.backend == "sdpa":
+            return logging.INFO, "attention backend: sdpa (requested)"
+        if flash_attn_func is None:
+            if self.backend == "flash":  # asked for explicitly: say loudly that it is not used
+                return logging.WARNING, ("attention backend: sdpa, not the requested flash-attn (flash-attn not "
+                                         "installed)")
+            return logging.INFO, "attention backend: sdpa (flash-attn not installed)"
+        if self.backend == "flash":
+            return logging.INFO, ("attention backend: flash-attn for CUDA inputs (fp32 cast to half precision for the "
+                                  "call), else sdpa")
+        return logging.INFO, ("attention backend: flash-attn for half-precision CUDA inputs, except on Hopper (cuDNN "
+                              "via sdpa there), else sdpa")
 
     def backend_used(self, cuda: bool, dtype: torch.dtype) -> str:
         """'attention flash-attn' or 'attention sdpa': the choice forward makes for q on CUDA or not, of dtype
         (sptune.provenance records it)."""
-        return "attention flash-attn" if self._flash_why(cuda, dtype) is None else "attention sdpa"
+        return "attention flash-attn" if self._flash_why(cuda, dtype, self._hopper(cuda)) is None else "attention sdpa"
 
-    def _flash_why(self, cuda: bool, dtype: torch.dtype) -> str | None:
+    def attention_kernel(self, device: torch.device, dtype: torch.dtype, training: bool) -> str:
+        """The kernel forward runs for inputs of `dtype` on `device`: 'flash-attn', or 'sdpa ' + SDPA's choice
+        (cudnn, flash, efficient, math), asked of torch's own selection for this layer's head size, mask and
+        dropout on tiny tensors (sptune.provenance records it)."""
+        if self._flash_why(device.type == "cuda", dtype, self._hopper(device.type == "cuda")) is None:
+            return "flash-attn"
+        return "sdpa " + sdpa_choice(self, device, dtype, training)
+
+    @staticmethod
+    def _hopper(cuda: bool) -> bool:
+        """Whether this node's current CUDA device prefers cuDNN's attention (the run's GPUs are of one kind)."""
+        return cuda and torch.cuda.is_available() and cudnn_first(torch.device("cuda", torch.cuda.current_device()))
+
+    def _flash_why(self, cuda: bool, dtype: torch.dtype, hopper: bool = False) -> str | None:
         """None when flash-attn runs: it needs the package and a CUDA tensor. "auto" uses it for half-precision
-        inputs (autocast); "flash" also for fp32 ones, which attend() casts to half precision around the call.
-        Otherwise why SDPA runs instead."""
+        inputs (autocast) except on Hopper, where SDPA's cuDNN kernel is faster (CUDNN_FIRST); "flash" also for
+        fp32 ones, which attend() casts to half precision around the call. Otherwise why SDPA runs instead."""
         if self.backend == "sdpa":
             return "requested"
         if flash_attn_func is None:
             return "flash-attn not installed"
         if not cuda:
             return "input is not on CUDA"
-        if dtype not in HALF and self.backend != "flash":
+        if self.backend == "flash":
+            return None
+        if dtype not in HALF:
             return f"input is {dtype}; backend='flash' casts it to half precision"
-        return None
-
-    def _use_flash(self, q: torch.Tensor) -> bool:
-        """Whether forward calls flash-attn for q, logged once per decision."""
-        why = self._flash_why(is_cuda(q), q.dtype)
-        if why is None:
-            cast = "" if q.dtype in HALF else f" ({q.dtype} inputs cast to {flash_dtype(q)} for the call)"
-            _log_once(logging.INFO, f"attention backend: flash-attn{cast}")
-        elif self.backend == "sdpa":
-            _log_once(logging.INFO, "attention backend: sdpa (requested)")
-        elif self.backend == "flash":  # asked for explicitly: say loudly that it is not used
-            _log_once(logging.WARNING, f"attention backend: sdpa, not the requested flash-attn ({why})")
-        else:
-            _log_once(logging.INFO, f"attention backend: sdpa ({why}; flash-attn needs CUDA)")
-        return why is None
+        return "cuDNN attention is faster on Hopper" if hopper else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, L, D = x.shape
@@ -253,13 +321,31 @@ class SelfAttention(nn.Module):
         if self.rotary is not None:
             q, k = self.rotary(q, k)  # absolute positions 0..L-1, before any blocking
         dropout_p = self.dropout if self.training else 0.0
-        flash = self._use_flash(q)  # q, not x: under autocast the projections already run in half precision
-        if dropout_p > 0 and not flash and not is_cuda(q):
-            # torch's fused CPU kernel has no dropout: SDPA falls back to its math path
-            _log_once(logging.INFO, "attention dropout > 0 in training: SDPA's CPU math path, (B, H, L, L) scores")
+        # q, not x: under autocast the projections already run in half precision. Decided from q's dtype and
+        # device only (no tensor values): a compiled forward guards on them, without a graph break.
+        flash = self._flash_why(is_cuda(q), q.dtype, cudnn_first(q.device)) is None
         if self.attention == "block":
             y = block_attention(q, k, v, self.block_size, self.causal, dropout_p, flash)  # (B, H, L, hd)
         else:
             y = attend(q, k, v, self.causal, dropout_p, flash)  # (B, H, L, hd)
         y = y.transpose(1, 2).reshape(B, L, D)  # (B, L, D)
         return self.proj(y)
+
+
+def sdpa_choice(layer: SelfAttention, device: torch.device, dtype: torch.dtype, training: bool) -> str:
+    """SDPA's kernel for `layer`'s attention calls on `device` ('cudnn', 'flash', 'efficient', 'math'): torch's
+    own selection (torch._fused_sdp_choice, what SDPA dispatches on) under the order attend() sets, for the
+    layer's heads, head size, causal mask and, in training, dropout. A block layer asks for a middle block
+    (its keys span two blocks: an explicit mask when causal). 'unknown' where torch cannot say."""
+    Lq = 8
+    Lk = 2 * Lq if layer.attention == "block" else Lq
+    q = torch.zeros(1, layer.n_heads, Lq, layer.head_dim, device=device, dtype=dtype, requires_grad=training)
+    k = torch.zeros(1, layer.n_heads, Lk, layer.head_dim, device=device, dtype=dtype, requires_grad=training)
+    mask = causal_mask(q, k, layer.causal)
+    try:
+        with sdpa_order(device):
+            choice = torch._fused_sdp_choice(q, k, k, attn_mask=mask, dropout_p=layer.dropout if training else 0.0,
+                                             is_causal=layer.causal and mask is None)
+    except (RuntimeError, AttributeError, TypeError):  # a torch without it, or a device it cannot answer for
+        return "unknown"
+    return SDPA_KERNELS.get(SDPBackend(choice), "unknown")

@@ -53,15 +53,19 @@ UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 
 
 def over_its_share(exc: BaseException, gpu_share: float) -> bool:
-    """Whether this process's own peak (reserved by its allocator) plus the failed request exceeds its share
+    """Whether this trial's own peak (reserved by its allocator since the trial started: its peak statistics
+    are reset then, resources.start_gpu_trial) plus its CUDA context and the failed request exceeds its share
     of the GPU's memory; a message without the request counts as its own."""
     import torch
+
+    from sptune.tune.trials.resources import CONTEXT_BYTES
 
     found = REQUEST.search(str(exc))
     if found is None:
         return True
     total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-    return torch.cuda.max_memory_reserved() + float(found.group(1)) * UNITS[found.group(2)] > gpu_share * total
+    asked = float(found.group(1)) * UNITS[found.group(2)]
+    return torch.cuda.max_memory_reserved() + CONTEXT_BYTES + asked > gpu_share * total
 
 
 def failed_result(run_dir: Path, stage: str, reason: str) -> dict[str, Any]:

@@ -54,14 +54,41 @@ def choose_device(requested: str, gpu_ids: list[str], cuda_available: bool,
     return "cpu", None
 
 
+# A CUDA context with torch's kernels loaded (cuBLAS, cuDNN, the trainer's own): memory each process holds outside
+# its allocator, which set_per_process_memory_fraction does not cap. 0.3-0.6 GB per process on an H100 (CUDA 13,
+# lazy module loading); benchmarks/gpu_acceptance.py measures it beside this figure.
+CONTEXT_BYTES = 640 * 2**20
+
+
+def start_gpu_trial(share: float) -> None:
+    """A trial starting on its GPU: the peak statistics restart (a reused actor keeps its process, and the
+    out-of-memory classifier, sptune.tune.trials.failures, must read this trial's peak, not an earlier
+    trial's), and a trial packed with others (0 < share < 1, --trials-per-gpu) is capped to its share."""
+    import torch
+
+    torch.cuda.reset_peak_memory_stats()
+    if 0 < share < 1:
+        cap_gpu_memory(share)
+
+
 def cap_gpu_memory(share: float) -> None:
-    """Let this process's allocator use `share` of its GPU's memory: trials packed on one GPU
-    (--trials-per-gpu) cannot starve each other, and one that outgrows its share fails as its own
+    """Let this process's allocator use `share` of its GPU's memory less its CUDA context (allocator_share):
+    trials packed on one GPU cannot starve each other, and one that outgrows its share fails as its own
     out-of-memory (sptune.tune.trials.failures) instead of a neighbour's."""
     import torch
 
-    torch.cuda.set_per_process_memory_fraction(share, torch.cuda.current_device())
-    log.info("GPU memory capped at %.3g of %s", share, torch.cuda.get_device_name())
+    device = torch.cuda.current_device()
+    fraction = allocator_share(share, torch.cuda.get_device_properties(device).total_memory)
+    torch.cuda.set_per_process_memory_fraction(fraction, device)
+    log.info("GPU memory capped at %.3g of %s (its share %.3g less a CUDA context of %.2g GiB)", fraction,
+             torch.cuda.get_device_name(), share, CONTEXT_BYTES / 2**30)
+
+
+def allocator_share(share: float, total: int) -> float:
+    """The fraction of a GPU's `total` bytes a trial's allocator may reserve: its share less its context, so N
+    trials of share 1/N fit with their contexts. A share smaller than a context leaves 0: every allocation
+    fails as the trial's own out-of-memory, whose reason says to pack fewer trials per GPU."""
+    return max(0.0, share - CONTEXT_BYTES / total)
 
 
 # ----------------------------------------------------------------------------- the cluster

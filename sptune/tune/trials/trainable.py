@@ -169,14 +169,14 @@ def run_guarded(cfg: Config, stage: str, init_from: Path | None, on_eval: Any, r
     Train's GPU for it); a deterministic failure (GPUs torch cannot use, CUDA out of memory, a damaged
     or another model's checkpoint) ends the trial as `failed` with its reason instead of raising, since a
     retry would fail the same way (sptune.tune.trials.failures). A trial holding a share of a GPU
-    (gpu_share < 1) may use that share of its memory and no more."""
+    (gpu_share < 1) may use that share of its memory, its CUDA context included, and no more."""
     from sptune.tune.trials import failures, resources
 
     device, reason = resources.trial_device(cfg.run.device)
     if reason is None:
         cfg.run.device = device
-        if device == "cuda" and 0 < gpu_share < 1:
-            resources.cap_gpu_memory(gpu_share)
+        if device == "cuda":
+            resources.start_gpu_trial(gpu_share)
         try:
             chosen = train_device() if train_device and device == "cuda" else None
             return run_stage(cfg, stage, init_from, on_eval, run_dir, train_device=chosen)
