@@ -40,7 +40,7 @@ import torch
 import yaml
 
 from sptune import folds, utilization
-from sptune.config import STAGES, Config, OptimConfig, RunConfig, TaskConfig, from_dict, merge
+from sptune.config import STAGES, Config, OptimConfig, RunConfig, TaskConfig, from_dict, merge, resolve_compile
 from sptune.errors import UserError
 from sptune.tasks.base import SPECIAL_TOKENS, Split
 
@@ -324,6 +324,8 @@ def time_model(key: str, stage: str, seconds: float) -> Timed:
 
     cfg, fp = runs.identify(from_dict(json.loads(key)), stage)
     device = pick_device(cfg.run.device, 0)
+    # run.compile auto resolves as a trial on this node resolves it (config.compile_default)
+    cfg = resolve_compile(dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, device=device.type)))
     at = partial(run_at, cfg, fp, stage, device)
     with torch_threads(cfg.run.num_threads) as threads, \
             torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # the caller's RNG untouched
