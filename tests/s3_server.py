@@ -83,3 +83,18 @@ class S3Server:
             start_response(status, [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))])
             return [body]
         return served
+
+
+def held(uri: str) -> dict[str, bytes]:
+    """{relative path: bytes} a mirror's storage holds, Tune's snapshot (one tar object) unpacked to its files."""
+    import io
+    import tarfile
+
+    from sptune.tune.records import storage
+
+    fs, root = storage.filesystem(uri)
+    found = {rel: fs.open_input_stream(f"{root}/{rel}").read() for rel in storage._listing(fs, root)}
+    if storage.TUNE_STATE in found:
+        with tarfile.open(fileobj=io.BytesIO(found.pop(storage.TUNE_STATE))) as tar:
+            found.update({member.name: tar.extractfile(member).read() for member in tar.getmembers()})
+    return found

@@ -7,19 +7,18 @@ fails past the give-up time stops the run cleanly with its cause; Tune's state r
 never reaches the storage torn. The slow test runs a whole study through an outage.
 """
 
-import io
 import json
 import os
 import pickle
 import subprocess
 import sys
-import tarfile
 import threading
 import time
 from pathlib import Path
 
 import pytest
 from s3_server import S3Server
+from s3_server import held as remote
 
 from sptune.tune.engine import interrupts, mirroring, stopping
 from sptune.tune.records import storage
@@ -41,16 +40,6 @@ def s3(server, monkeypatch):
     for key, value in server.env.items():
         monkeypatch.setenv(key, value)
     return server
-
-
-def remote(uri):
-    """{relative path: bytes} the storage holds, Tune's snapshot unpacked."""
-    fs, root = storage.filesystem(uri)
-    held = {rel: fs.open_input_stream(f"{root}/{rel}").read() for rel in storage._listing(fs, root)}
-    if storage.TUNE_STATE in held:
-        with tarfile.open(fileobj=io.BytesIO(held.pop(storage.TUNE_STATE))) as tar:
-            held.update({member.name: tar.extractfile(member).read() for member in tar.getmembers()})
-    return held
 
 
 def local(folder):

@@ -9,19 +9,18 @@ have continued from the checkpoint the mirror carried, not from step 0. (That a 
 an uninterrupted one's is test_resume_study's; a pulled folder is that folder.)
 """
 
-import io
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import time
 
 import pytest
 import yaml
 from ray_fixtures import sptune_env
+from s3_server import held as remote_files
 
 from sptune import files
 from sptune.errors import UserError
@@ -152,16 +151,6 @@ def aws(s3, monkeypatch):
     for key, value in s3.items():
         monkeypatch.setenv(key, value)
     return s3
-
-
-def remote_files(uri):
-    """{relative path: bytes} the storage holds, Tune's snapshot unpacked to its files."""
-    fs, root = storage.filesystem(uri)
-    held = {relative: fs.open_input_stream(f"{root}/{relative}").read() for relative in storage._listing(fs, root)}
-    if storage.TUNE_STATE in held:
-        with tarfile.open(fileobj=io.BytesIO(held.pop(storage.TUNE_STATE))) as tar:
-            held.update({member.name: tar.extractfile(member).read() for member in tar.getmembers()})
-    return held
 
 
 def test_a_push_uploads_what_changed_and_removes_what_is_gone(tmp_path, aws):

@@ -148,7 +148,6 @@ class Mirror:
 
     def __init__(self, local: Path, uri: str):
         self.local, self.uri = Path(local), uri
-        self.last_push = 0.0
         self._fs: tuple[Any, str] | None = None  # opened once; again after a failed push (credentials renewed)
         self._tune_digest = ""  # of the Tune snapshot the storage holds, when this mirror uploaded it
 
@@ -158,16 +157,10 @@ class Mirror:
         if self._fs is None:
             self._fs = filesystem(self.uri)
         try:
-            count = self._push(*self._fs)
+            return self._push(*self._fs)
         except BaseException:
             self._fs = None
             raise
-        self.last_push = time.monotonic()
-        return count
-
-    def push_if_due(self, seconds: float = PUSH_SECONDS) -> None:
-        if time.monotonic() - self.last_push >= seconds:
-            self.push()
 
     def _push(self, fs: Any, root: str) -> int:
         manifest_path = self.local / MANIFEST
