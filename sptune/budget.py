@@ -40,7 +40,7 @@ import torch
 import yaml
 
 from sptune import folds, utilization
-from sptune.config import STAGES, Config, OptimConfig, RunConfig, TaskConfig, from_dict, merge, resolve_compile
+from sptune.config import STAGES, Config, OptimConfig, RunConfig, TaskConfig, from_dict, resolve_compile, with_params
 from sptune.errors import UserError
 from sptune.tasks.base import SPECIAL_TOKENS, Split
 
@@ -98,14 +98,6 @@ class StageBudget:
 
 
 # ----------------------------------------------------------------------------- one trial
-def stage_config(stage: dict[str, Any], params: dict[str, Any]) -> Config:
-    nested: dict[str, dict[str, Any]] = {}
-    for key, value in params.items():
-        section, _, name = key.partition(".")
-        nested.setdefault(section, {})[name] = value
-    return from_dict(merge(stage, nested))
-
-
 def random_split(task: Any, n: int) -> Split:
     """n random examples shaped as the task's loader gives them: FLOPs and a step's time depend on the shapes,
     not the values (sequences stay padded to the task's full length, sptune.data.batch), and no data is read."""
@@ -123,25 +115,12 @@ def random_split(task: Any, n: int) -> Split:
 @lru_cache(maxsize=None)
 def model_flops(cfg_key: str, stage: str) -> Any:
     """sptune.flops.Flops of the stage's model (cached: grid points differ in lr and batch, not shape)."""
-    from sptune import flops, runs, train
-    from sptune.build import build_pretrain_model, build_task_model
-    from sptune.data import step_draw
+    from sptune import runs, train
     from sptune.registry import task_of
 
     cfg = from_dict(json.loads(cfg_key))
     task = task_of(cfg.task)
-    cfg = runs.resolve(cfg, task, stage)
-    example = random_split(task, 1)
-    x, lengths = example.inputs, example.lengths
-    if stage == "pretrain":
-        masked_continuous = cfg.objective.kind == "masked" and task.input_kind == "continuous"
-        model = build_pretrain_model(cfg.model, cfg.objective, task, mask_channel=masked_continuous)
-    else:
-        model = build_task_model(cfg.model, task)
-    if stage == "pretrain":
-        problem, lengths = train.denoise(cfg.objective, task, x, lengths, step_draw(cfg.run.seed, 0))
-        x = problem.inputs
-    return flops.measure(model, x, lengths, task.seq_len)
+    return train.stage_model(runs.resolve(cfg, task, stage), task, stage, random_split(task, 1))[1]
 
 
 def trial_cost(cfg: Config, stage: str, sizes: dict[str, int]) -> tuple[int, float, float]:
@@ -198,7 +177,7 @@ def stage_budget(resolved: dict[str, Any], stage: str, trials: int, points: list
                         resolved["task"].get("path", ""))
     if isinstance(sizes, str):
         return StageBudget(cell, stage, trials, precision, None, None, None, unknown=sizes)
-    configs = [stage_config(resolved, point) for point in points]
+    configs = [with_params(resolved, point) for point in points]
     costs = [trial_cost(cfg, stage, sizes) for cfg in configs]
     steps, train_flops, eval_flops = (sum(c[i] for c in costs) / len(costs) for i in range(3))
     share = trials / len(costs)

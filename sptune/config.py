@@ -248,6 +248,16 @@ def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def with_params(base: dict[str, Any], params: dict[str, Any]) -> Config:
+    """The config dict `base` with a trial's flattened params applied: `optim.lr`, `model.options.d_state` (a
+    search space's keys, section first), as parse_overrides nests them."""
+    nested: dict[str, dict[str, Any]] = {}
+    for key, value in params.items():
+        section, _, name = key.partition(".")
+        nested.setdefault(section, {})[name] = value
+    return from_dict(merge(base, nested))
+
+
 def load(path: str | os.PathLike | None = None, overrides: list[str] | None = None,
          stage: str | None = None) -> Config:
     """Read a YAML config (safe_load), apply the `stages.<stage>` section and overrides, validate.

@@ -26,7 +26,7 @@ from sptune import files, output, study_cli
 from sptune.errors import UserError
 from sptune.experiments.plan import BACKENDS, Plan
 from sptune.experiments.settings import FIRST_SELECTION_SEEDS
-from sptune.experiments.run import CellProgress, cell_done, run_experiment
+from sptune.experiments.run import CellProgress, run_experiment
 from sptune.tune.engine import interrupts
 from sptune.tune import options as search_options
 
@@ -169,17 +169,13 @@ def main(experiment: str, build_plan: Callable[[argparse.Namespace], Plan], desc
             if args.fresh_seeds:
                 console.line(f"--fresh-seeds {args.fresh_seeds}: seeds {args.seeds[0]}-{args.seeds[-1]}, after the "
                              f"selection seeds {', '.join(map(str, selection_seeds))}")
-            finished = [c for c in plan.cells
-                        if cell_done(c, experiment_dir.resolve() / files.CELLS / c.key, plan.backend)]
-            if finished:
-                console.line(f"resuming: {len(finished)} of {len(plan.cells)} cells already finished, skipped")
-            progress = CellProgress(console, len(plan.cells), len(finished), live=plan.backend == "plain")
+            progress = CellProgress(console, len(plan.cells), live=plan.backend == "plain")
             from sptune.tune.engine import mirroring  # imports Ray Tune: only once an experiment runs
 
             with mirroring.mirrored(experiment_dir.resolve()):  # pushed as trials finish and once at the end
                 try:
                     not_done = run_experiment(experiment_dir, plan, search_options.from_args(args), args.address,
-                                              on_cell=progress)
+                                              on_cell=progress, on_start=progress.start)
                 finally:
                     progress.close()
                 paths = report.write(experiment_dir)

@@ -194,19 +194,28 @@ def set_up(cfg: Config, stage: str, init_from: Path | None, run_dir: Path | None
 
 
 def build_model(run: Run, train_split: Split, init_from: Path | None) -> tuple[SequenceModel, flops.Flops]:
-    """The stage's model on the CPU, and its FLOPs per example and per call: counted once on a meta copy
-    (no compute, no RNG, the model untouched; before it moves to the device, so the copy costs no device
-    memory) from the shapes of one training example (sptune.flops)."""
-    cfg, task = run.cfg, run.task
-    if run.stage == "pretrain":
+    """The stage's model on the CPU (finetuning: from init_from's pretrained backbone) and its FLOPs
+    (stage_model)."""
+    return stage_model(run.cfg, run.task, run.stage, train_split, init_from)
+
+
+def stage_model(cfg: Config, task: Task, stage: str, example: Split, init_from: Path | None = None
+                ) -> tuple[SequenceModel, flops.Flops]:
+    """A stage's model on the CPU (pretraining: the denoising model, with the encoder's mask-indicator channel
+    for masked SPT of continuous inputs; else the task model, whose backbone init_from's pretraining run gives
+    where named), and its FLOPs per example and per call: counted once on a meta copy (no compute, no RNG,
+    the model untouched; before it moves to the device, so the copy costs no device memory) from the shapes
+    of `example`'s first example, as the stage's first step sees it (sptune.flops). The trainer, a stopped
+    trial's result (sptune.tune.trials.stopped) and the budget (sptune.budget) all count it here."""
+    if stage == "pretrain":
         masked_continuous = cfg.objective.kind == "masked" and task.input_kind == "continuous"
         model = build_pretrain_model(cfg.model, cfg.objective, task, mask_channel=masked_continuous)
     else:
         model = build_task_model(cfg.model, task)
         if init_from is not None:
             load_pretrained_backbone(model, pretrain_dir(init_from))
-    x1, _, lengths1 = batch(train_split, torch.tensor([0]))
-    if run.stage == "pretrain":
+    x1, _, lengths1 = batch(example, torch.tensor([0]))
+    if stage == "pretrain":
         d1, lengths1 = denoise(cfg.objective, task, x1, lengths1, step_draw(cfg.run.seed, 0))
         x1 = d1.inputs
     return model, flops.measure(model, x1, lengths1, task.seq_len)

@@ -1,7 +1,10 @@
 """One Tune run for every cell of an experiment (sptune.tune.engine.driver): the cells' trials share the
 cluster, finetuning waits for its own cell's pretraining selection only, and each cell stays a study."""
 
+from pathlib import Path
+
 import pytest
+from open_watch import OpenWatch, other_opens, own_opens
 from ray_fixtures import TINY, ray_instance  # noqa: F401 (a fixture)
 
 from sptune import files
@@ -29,8 +32,15 @@ def tiny_plan(keys, broken=()):
 def test_cells_share_one_tune_run_and_stay_studies(tmp_path, ray_instance):  # noqa: F811
     plan = tiny_plan(["a", "b", "bad"], broken=("bad",))
     seen = []
-    failed = run_experiment(tmp_path, plan, Options(max_concurrent=2, extend_grids=False),
-                            on_cell=lambda cell, status, seconds: seen.append((cell.key, status, seconds)))
+    watched = [tmp_path, *(tmp_path / files.CELLS / key for key in ("a", "b"))]
+    for path in watched:
+        path.mkdir(parents=True, exist_ok=True)
+    with OpenWatch(watched) as watch, own_opens() as own:
+        failed = run_experiment(tmp_path, plan, Options(max_concurrent=2, extend_grids=False),
+                                on_cell=lambda cell, status, seconds: seen.append((cell.key, status, seconds)))
+    # The config's route: the driver made every cell's study in memory and wrote study.json and plan.json at
+    # the edges, so it read neither; no trial's process opened them (each trial got its spec from the engine).
+    assert own.counts(writes=False) == {} and other_opens(watch, own) == {}
     assert failed == ["bad"] and (tmp_path / files.CELLS / "bad" / files.CELL_ERROR).is_file()
     assert sorted(key_status for *key_status, _ in seen) == [["a", "done"], ["b", "done"], ["bad", "failed"]]
     for key, _, seconds in seen:  # a cell's own device-seconds, not the shared run's wall time
@@ -60,8 +70,13 @@ def test_cells_share_one_tune_run_and_stay_studies(tmp_path, ray_instance):  # n
     in_run = sorted(p.name.rsplit("_", 1)[0] for p in (tmp_path / "tune" / "experiment").iterdir() if p.is_dir())
     assert in_run == sorted(trials)
     assert len(experiment_rows(tmp_path, plan)) == 8
-    # A rerun retries only the broken cell (the others are done): no Tune run starts for them.
-    assert run_experiment(tmp_path, plan, Options(max_concurrent=2, extend_grids=False)) == ["bad"]
+    # A rerun retries only the broken cell (the others are done): no Tune run starts for them. A start reads
+    # plan.json and each cell's study.json once.
+    with own_opens() as own:
+        assert run_experiment(tmp_path, plan, Options(max_concurrent=2, extend_grids=False)) == ["bad"]
+    read = own.counts(writes=False)
+    assert sorted(Path(path).relative_to(tmp_path.resolve()).as_posix() for path in read) == [
+        "cells/a/study.json", "cells/b/study.json", "plan.json"] and set(read.values()) == {1}
     # A rerun with one more cell (another seed) extends the experiment: a second Tune run serves it.
     more = tiny_plan(["a", "b", "bad", "c"], broken=("bad",))
     assert run_experiment(tmp_path, more, Options(max_concurrent=2, extend_grids=False)) == ["bad"]

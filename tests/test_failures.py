@@ -144,7 +144,7 @@ def test_oom_is_final_and_a_crash_is_failed_then_retried_from_its_checkpoint(tmp
     assert "more than --max-failures 0" in row["reason"]  # spent: the retries --max-failures allows
     assert "failed: scratch" in results.summary(study_dir) and "injected crash" in results.summary(study_dir)
     results.write_csv([row], study_dir / "results.csv")
-    assert ',failed,"sptune.tune.engine.preemption.RetriesSpent: crashed 1 times, more than --max-failures 0; ' \
+    assert ',failed,"sptune.tune.trials.retries.RetriesSpent: crashed 1 times, more than --max-failures 0; ' \
            'the last: RuntimeError: injected crash",' in (study_dir / "results.csv").read_text()
     assert hparams_status(row["run_dir"]) == "failure"
 

@@ -24,7 +24,8 @@ from test_autoscaling import fake_cluster, kill_node, worker_raylets
 from sptune import atomic, files
 from sptune.tune.engine import preemption
 from sptune.tune.records import results, studies
-from sptune.tune.trials.trainable import LINEAGE_KEY
+from sptune.tune.trials import retries
+from sptune.tune.trials.trainable import LINEAGE_KEY, trial_run_dir
 
 
 # ----------------------------------------------------------------------------- without Ray
@@ -64,7 +65,7 @@ def test_a_failure_is_a_node_loss_when_its_attempts_node_is_gone(tmp_path, rayle
 def test_tune_retries_node_losses_without_limit_and_crashes_max_failures_times(tmp_path, raylets, monkeypatch):
     """Tune's own retry rule (Trial.should_recover) on the count the callback leaves, --max-failures 1."""
     config = {LINEAGE_KEY: {"study_dir": str(tmp_path), "stage": "pretrain"}, "optim.lr": 0.001}
-    run_dir = preemption.run_dir_of(config, "t1")
+    run_dir = trial_run_dir(config, "t1")
     error = tmp_path / "error.txt"
     trial = SimpleNamespace(trial_id="t1", config=config, run_metadata=_TrainingRunMetadata(),
                             max_failures=preemption.tune_limit(1), error_file=str(error))
@@ -72,8 +73,8 @@ def test_tune_retries_node_losses_without_limit_and_crashes_max_failures_times(t
 
     def fail(node: str, message: str) -> bool:
         """A failure of the attempt on `node`, as TuneController._process_trial_failure handles it."""
-        write_attempts(run_dir, *[f["node_id"] for f in files.read_json(run_dir / preemption.RETRIES)["failures"]]
-                       if (run_dir / preemption.RETRIES).is_file() else [], node)
+        write_attempts(run_dir, *[f["node_id"] for f in files.read_json(run_dir / retries.RETRIES)["failures"]]
+                       if (run_dir / retries.RETRIES).is_file() else [], node)
         error.write_text(f"Failure # n\n{message}\n")
         trial.run_metadata.num_failures += 1  # Tune counts every failure but a drained node's
         if not Trial.should_recover(trial):
@@ -84,18 +85,18 @@ def test_tune_retries_node_losses_without_limit_and_crashes_max_failures_times(t
     for node in ["dead", "silent", "dead", "silent"]:  # more node losses than any limit
         assert fail(node, "ActorUnavailableError: Socket closed") and trial.run_metadata.num_failures == 0
     assert fail("live", "RuntimeError: first") and trial.run_metadata.num_failures == 1
-    assert "spent" not in files.read_json(run_dir / preemption.RETRIES)
+    assert "spent" not in files.read_json(run_dir / retries.RETRIES)
     assert fail("dead", "ActorUnavailableError: Socket closed")  # after the crash retries are spent, too
     assert fail("live", "RuntimeError: second")
-    record = files.read_json(run_dir / preemption.RETRIES)
+    record = files.read_json(run_dir / retries.RETRIES)
     assert [f["cause"] for f in record["failures"]] == ["node lost"] * 4 + ["crash", "node lost", "crash"]
     assert record["spent"] == "crashed 2 times, more than --max-failures 1; the last: RuntimeError: second"
 
     # The spent trial's retry fails at once, so Tune ends it (its count passes Tune's limit); the mark is
     # consumed: a resume runs the trial again.
     monkeypatch.setattr(ray.tune, "get_context", lambda: SimpleNamespace(get_trial_id=lambda: "t1"))
-    run = preemption.unless_spent(lambda config, **kwargs: "trained")
-    with pytest.raises(preemption.RetriesSpent, match="crashed 2 times"):
+    run = retries.unless_spent(lambda config, **kwargs: "trained")
+    with pytest.raises(retries.RetriesSpent, match="crashed 2 times"):
         run(config)
     trial.run_metadata.num_failures += 1
     assert not Trial.should_recover(trial)
@@ -149,6 +150,6 @@ def test_a_trial_losing_its_node_twice_completes_from_its_checkpoints(cluster, t
     # Each retry continued from the last checkpoint of the attempt before, not from step 0.
     assert 0 < first_step <= attempts[1]["start_step"] < second_step <= attempts[2]["start_step"]
     assert [h["step"] for h in files.read_json(run_dir / files.RESULT)["history"]] == list(range(4, 41, 4))
-    record = files.read_json(run_dir / preemption.RETRIES)
+    record = files.read_json(run_dir / retries.RETRIES)
     assert [(f["node_id"], f["cause"]) for f in record["failures"]] == [(first_node, "node lost"),
                                                                         (second_node, "node lost")]

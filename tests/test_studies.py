@@ -174,7 +174,8 @@ def test_added_cells_get_a_new_tune_run_and_a_resume_restores_the_last(tmp_path)
 def test_a_restored_run_places_the_trials_of_cells_that_finished_since_it_began(tmp_path):
     """Tune's restore re-adds every trial it recorded and asks each for its resources: a cell that finished
     after the run began (so the resume no longer passes it) still needs its placement (KeyError before)."""
-    from sptune.tune.engine.driver import cell_placements, served_cells, trial_placement, tune_run_name
+    from sptune.tune.engine.cells import open_cells
+    from sptune.tune.engine.driver import cell_placements, served_cells, served_dirs, trial_placement, tune_run_name
     from sptune.tune.records import studies
     from sptune.tune.trials.trainable import LINEAGE_KEY
 
@@ -183,7 +184,8 @@ def test_a_restored_run_places_the_trials_of_cells_that_finished_since_it_began(
         studies.create(None, TINY, cells / key, space_path=str(repo / "search_spaces" / "listops-mini" / "s4.yaml"),
                        options=studies.Options(cpus_per_worker=cpus))
     name = tune_run_name(tmp_path / "tune", ["a", "b"])
-    placement = cell_placements({"b": cells / "b"}, {}, served_cells(tmp_path / "tune", name))  # a has finished
+    served = open_cells(served_dirs({"b": cells / "b"}, served_cells(tmp_path / "tune", name)), {})  # a finished
+    placement = cell_placements(served)
     assert set(placement) == {"a", "b"} and placement["a"]["CPU"] == 1 and placement["b"]["CPU"] == 2
     assert trial_placement(placement, {LINEAGE_KEY: {"cell": "a"}}).bundles == [placement["a"]]
 

@@ -119,7 +119,9 @@ def test_cell_lines_give_wall_time_and_eta_only_when_cells_run_one_after_another
 
     cells = [Cell(key=key, labels={}, space={}, overrides=()) for key in ("a", "b")]
     with output.captured(tmp_path / files.STUDY_LOG) as console:
-        live, shared = CellProgress(console, 2, 0), CellProgress(console, 2, 0, live=False)
+        live, shared = CellProgress(console, 2), CellProgress(console, 2, live=False)
+        live.start(0)
+        shared.start(0)
         live(cells[0], "done", 12.4)
         shared(cells[0], "done", 30.0)
         shared(cells[1], "failed", 0.0)

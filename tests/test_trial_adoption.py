@@ -45,3 +45,20 @@ def test_nothing_is_adopted_for_a_new_point_or_a_trial_with_its_own_directory(tm
     trainable.adopt_orphan(new, "b_00000", fresh)
     assert not new.exists() and mine.is_dir()
     trainable.adopt_orphan(tmp_path / "pretrain" / "x", "c", PARAMS)  # no stage directory yet: nothing to do
+
+
+def test_a_trial_start_reads_no_record_of_a_sibling_at_another_point(tmp_path):
+    """The search for a lost trial's directory reads only the directories named for the trial's own params, so
+    a trial's start costs the same in a stage of 3 trials as in one of 300 (it read every sibling's trial.json)."""
+    from open_watch import own_opens
+
+    for index in range(40):
+        make_run(tmp_path / "scratch", f"a_{index:05d}", {"optim.lr": 0.002 + index, "optim.batch_size": 8})
+    lost = make_run(tmp_path / "scratch", "a_00099", PARAMS)
+    fresh = {"optim.lr": 0.5, "optim.batch_size": 8}
+    with own_opens(files.TRIAL) as own:
+        trainable.adopt_orphan(tmp_path / "scratch" / trainable.run_name("scratch", "b_00000", fresh), "b_00000", fresh)
+        assert own.counts() == {}
+        new = tmp_path / "scratch" / trainable.run_name("scratch", "b_00001", PARAMS)
+        trainable.adopt_orphan(new, "b_00001", PARAMS)
+    assert not lost.exists() and own.counts(writes=False) == {str((lost / files.TRIAL).resolve()): 1}

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from open_watch import OpenWatch, other_opens, own_opens
 from ray_fixtures import CONFIG, REPO, TINY, bare_study, ray_instance, sptune_env  # noqa: F401 (fixture)
 
 from sptune import atomic, files
@@ -137,7 +138,12 @@ def test_asha_counts_the_budget_fraction():
 def test_study_direct_path_end_to_end(tmp_path, ray_instance):
     state = new_study(tmp_path, stages={"pretrain": {"params": {"optim.lr": [1e-3, 3e-3], "optim.batch_size": [8]}}})
     assert state.options.path == "direct"
-    rows = driver.run_study(state.dir, verbose=0)
+    study_json = os.path.realpath(Path(state.dir) / files.STUDY)
+    with OpenWatch([state.dir]) as watch, own_opens() as own:
+        rows = driver.run_study(state.dir, verbose=0)
+    # The config's route: the driver reads study.json once for this start (then writes it as the stages end,
+    # each write a new file), and no trial's process opens it: each trial got its spec from the engine.
+    assert own.counts(writes=False) == {study_json: 1} and other_opens(watch, own) == {}
     assert [r["stage"] for r in rows] == ["pretrain", "pretrain", "finetune", "scratch"]
     assert all(r["status"] == "completed" and r["path"] == "direct" and r["attempts"] == 1 for r in rows)
     assert len({r["optim.lr"] for r in rows if r["stage"] == "pretrain"}) == 2  # no point twice
@@ -324,7 +330,13 @@ def test_torch_trainer_restarts_a_killed_worker_from_its_checkpoint(tmp_path, ra
     assert [h["step"] for h in history] == list(range(10, 161, 10))
 
 
-def test_asha_stops_only_on_our_steps_and_lets_finishers_finish(tmp_path, ray_instance):
+def test_asha_stops_only_on_our_steps_and_lets_finishers_finish(tmp_path, ray_instance, monkeypatch):
+    from sptune.tune.trials import stopped as stopped_trials
+
+    def not_in_the_driver(*args, **kwargs):
+        raise AssertionError("a stopped trial was tested in the driver's process")
+
+    monkeypatch.setattr(stopped_trials, "stopped_result", not_in_the_driver)  # a Ray worker imports its own
     stages = {"scratch": {"params": {"optim.lr": [3e-3, 1e-3, 3e-4, 1e-5], "optim.batch_size": [8]}}}
     state = new_study(tmp_path, stages, overrides=["optim.max_steps=48", "optim.eval_every=8"], num_samples=4,
                       asha={"grace_period": 0.16, "reduction_factor": 2})  # rungs 0.16, 0.32, 0.64: evals 8, 16, 32 of 48
@@ -394,7 +406,8 @@ def test_study_state_round_trips_through_study_json(tmp_path):
     study_state.set_stage_status(tmp_path / "study", state, "pretrain", "done")
     loaded = study_state.load(tmp_path / "study")
     assert loaded == state and loaded.stage_done("pretrain") and not loaded.stage_done("scratch")
-    assert loaded.selected.lineage() == {"init_trial": "t1", "init_step": 8, "init_checkpoint": "r/best.pt"}
+    assert loaded.selected.lineage() == {"init_trial": "t1", "init_step": 8, "init_checkpoint": "r/best.pt",
+                                         "init_run_dir": "r"}
     assert study_state.read(tmp_path / "nothing") is None
     with pytest.raises(UserError, match="not a study directory"):
         study_state.load(tmp_path / "nothing")

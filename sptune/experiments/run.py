@@ -36,7 +36,7 @@ from sptune import atomic, files, output
 from sptune.config import STAGES, load as load_config
 from sptune.errors import UserError
 from sptune.experiments.plan import BACKENDS, Cell, Plan, plain_point, repo_space, save_plan, study_space
-from sptune.tune.records import results
+from sptune.tune.records import results, study_state
 from sptune.tune.options import Options
 from sptune.tune.engine.session import ray_session
 
@@ -93,41 +93,44 @@ def plain_config(cell: Cell, space: dict[str, Any] | None, stage: str):
     return load_config(None, list(cell.overrides) + plain_point(space, stage) + ["run.progress=false"], stage=stage)
 
 
-def create_cell_study(cell: Cell, cell_dir: Path, options: Options) -> None:
-    """The cell's study.json (studies.create), once: its stages then run in the experiment's Tune run."""
-    from sptune.tune.records import studies, study_state
+def create_cell_study(cell: Cell, cell_dir: Path, options: Options, state: Any = None) -> Any:
+    """The cell's study (studies.create) once, its state returned: its stages then run in the experiment's
+    Tune run. `state`: the study.json this start read, if the cell has one."""
+    from sptune.tune.records import studies
 
-    if (cell_dir / files.STUDY).is_file():
-        return
+    if state is not None:
+        return state
     cell_dir.mkdir(parents=True, exist_ok=True)
     state = studies.create(None, list(cell.overrides), cell_dir, options=options, space=study_space(cell, cell_dir))
     for stage in STAGES:
         if stage not in cell.stages:
             state.stage_status[stage] = "skipped: not part of this experiment cell"
     study_state.save(cell_dir, state)
+    return state
 
 
 def run_cells_tune(experiment_dir: Path, cells: list[Cell], options: Options, address: str | None,
                    on_cell: Callable[[Cell, str, float], None] | None,
-                   trainable: Callable[..., None] | None = None) -> list[str]:
+                   trainable: Callable[..., None] | None = None, states: dict[str, Any] | None = None) -> list[str]:
     """Every cell's study in one Tune run (sptune.tune.engine.driver), so the cells share the cluster's slots.
     Returns the keys of the cells that failed or did not finish. `on_cell` is called for each cell once
     the Tune run returns, still inside the Ray session (a caller may inspect what the cell left in Ray)."""
     from sptune.tune.engine import driver
 
-    cell_dirs = {}
+    cell_dirs, states = {}, dict(states or {})
     for cell in sorted(cells, key=seed_rank):  # seed by seed: the engine proposes cell by cell (proposal_order)
         cell_dir = experiment_dir / files.CELLS / cell.key
         try:
-            create_cell_study(cell, cell_dir, options)
+            states[cell.key] = create_cell_study(cell, cell_dir, options, states.get(cell.key))
             cell_dirs[cell.key] = cell_dir
         except Exception as exc:  # noqa: BLE001 - one broken cell must not stop the others
             record_error(cell, cell_dir, exc)
     with ray_session(experiment_dir, address) if cell_dirs else nullcontext():
         if cell_dirs:
             driver.run_cells(experiment_dir, cell_dirs, **({"stage_fn": trainable} if trainable else {}),
-                           time_budget_s=getattr(options, "time_budget_s", None))
-        return [cell.key for cell in cells if not _report_cell(cell, cell_dirs.get(cell.key), on_cell)]
+                             time_budget_s=getattr(options, "time_budget_s", None), states=states)
+        return [cell.key for cell in cells
+                if not _report_cell(cell, cell_dirs.get(cell.key), states.get(cell.key), on_cell)]
 
 
 def seed_rank(cell: Cell) -> tuple[bool, Any]:
@@ -137,14 +140,15 @@ def seed_rank(cell: Cell) -> tuple[bool, Any]:
     return seed is None, seed if seed is not None else 0
 
 
-def _report_cell(cell: Cell, cell_dir: Path | None, on_cell: Callable[[Cell, str, float], None] | None) -> bool:
+def _report_cell(cell: Cell, cell_dir: Path | None, state: Any,
+                 on_cell: Callable[[Cell, str, float], None] | None) -> bool:
     """The cells share one Tune run and all end with it, so a cell's own cost is its trials' device-seconds
-    (its wall time would be the whole run's)."""
-    done = cell_dir is not None and tune_done(cell_dir)
+    (its wall time would be the whole run's). `state`: the cell's study state the engine kept current."""
+    done = cell_dir is not None and study_state.cell_finished(state)
     if done:
         (cell_dir / files.CELL_ERROR).unlink(missing_ok=True)
     if on_cell is not None:
-        rows = results.collect(cell_dir) if cell_dir is not None else []
+        rows = results.collect(cell_dir, state) if cell_dir is not None else []
         status = "done" if done else "failed" if cell_dir is None else cell_status(cell_dir)
         on_cell(cell, status, sum(r.get("device_seconds") or 0.0 for r in rows))
     return done
@@ -154,14 +158,6 @@ def cell_status(cell_dir: Path) -> str:
     """Why a cell that is not done is not: "failed" (its error.txt says why) or "unfinished" (a time budget
     or a stop ended the run first: the same command continues it)."""
     return "failed" if (cell_dir / files.CELL_ERROR).is_file() else "unfinished"
-
-
-def tune_done(cell_dir: Path) -> bool:
-    path = cell_dir / files.STUDY
-    if not path.is_file():
-        return False
-    stages = files.read_json(path).get("stage_status", {})
-    return all(str(stages.get(s, "")) == "done" or str(stages.get(s, "")).startswith("skipped") for s in STAGES)
 
 
 # ----------------------------------------------------------------------------- the experiment loop
@@ -189,10 +185,6 @@ def experiment_rows(experiment_dir: Path, plan: Plan) -> list[dict[str, Any]]:
 def cell_columns(plan: Plan) -> list[str]:
     """The columns an experiment's results.csv puts before a study's: experiment, cell, the cells' labels."""
     return ["experiment", "cell", *dict.fromkeys(k for cell in plan.cells for k in cell.labels)]
-
-
-def cell_done(cell: Cell, cell_dir: Path, backend: str) -> bool:
-    return tune_done(cell_dir) if backend == "tune" else plain_done(cell, cell_dir)
 
 
 def on_cluster(address: str | None) -> bool:
@@ -243,24 +235,29 @@ def record_error(cell: Cell, cell_dir: Path, exc: BaseException) -> None:
 
 def run_experiment(experiment_dir: str | Path, plan: Plan, options: Options | None = None,
                    address: str | None = None, on_cell: Callable[[Cell, str, float], None] | None = None,
-                   trainable: Callable[..., None] | None = None) -> list[str]:
-    """Run every unfinished cell (finished ones are skipped: rerunning is resuming). Returns the keys of
+                   trainable: Callable[..., None] | None = None,
+                   on_start: Callable[[int], None] = lambda finished: None) -> list[str]:
+    """Run every unfinished cell (finished ones are skipped: rerunning is resuming; `on_start` hears how many
+    were finished before any runs). Returns the keys of
     cells that failed or did not finish; a failure's error is in cells/<key>/error.txt, and they are
     retried next time. `on_cell(cell, "done" | "failed", seconds)` is called for each cell that ran (plain: its
     wall time; tune: once the experiment's Tune run returns, with the cell's device-seconds). `trainable` replaces the tune backend's
-    trial function (tests, benchmarks: see sptune.tune.engine.driver.cell_trainable)."""
+    trial function (tests, benchmarks: see sptune.tune.trials.entry.run_trial)."""
     if plan.backend not in BACKENDS:
         raise UserError(f"--backend {plan.backend!r}; choose one of: {', '.join(BACKENDS)}")
     experiment_dir = Path(experiment_dir).resolve()
     experiment_dir.mkdir(parents=True, exist_ok=True)
     save_plan(experiment_dir, plan)
     options = options or Options()
-    todo = [c for c in plan.cells if not cell_done(c, experiment_dir / files.CELLS / c.key, plan.backend)]
-    if not todo:
-        return []
     if plan.backend == "plain":
-        return run_cells_plain(experiment_dir, todo, options, address, on_cell)
-    return run_cells_tune(experiment_dir, todo, options, address, on_cell, trainable)
+        todo = [c for c in plan.cells if not plain_done(c, experiment_dir / files.CELLS / c.key)]
+        on_start(len(plan.cells) - len(todo))
+        return run_cells_plain(experiment_dir, todo, options, address, on_cell) if todo else []
+    # Each cell's study.json read once for this start; the engine keeps these states current.
+    states = {c.key: study_state.read(experiment_dir / files.CELLS / c.key) for c in plan.cells}
+    todo = [c for c in plan.cells if states[c.key] is None or not study_state.cell_finished(states[c.key])]
+    on_start(len(plan.cells) - len(todo))
+    return run_cells_tune(experiment_dir, todo, options, address, on_cell, trainable, states) if todo else []
 
 
 class CellProgress:
@@ -269,10 +266,16 @@ class CellProgress:
     Otherwise (the tune backend) every cell ends with the one Tune run, so a line gives the cell's
     device-seconds and no ETA."""
 
-    def __init__(self, console: output.Console, total: int, finished: int, live: bool = True):
-        self.console, self.total, self.done, self.ran, self.live = console, total, finished, 0, live
-        self.start = time.monotonic()
-        self.bar = console.bar(total, f"cells {finished}/{total}", initial=finished)
+    def __init__(self, console: output.Console, total: int, live: bool = True):
+        self.console, self.total, self.done, self.ran, self.live = console, total, 0, 0, live
+        self.started, self.bar = time.monotonic(), None
+
+    def start(self, finished: int) -> None:
+        """The cells finished before this run (a resume skips them)."""
+        if finished:
+            self.console.line(f"resuming: {finished} of {self.total} cells already finished, skipped")
+        self.done, self.started = finished, time.monotonic()
+        self.bar = self.console.bar(self.total, f"cells {finished}/{self.total}", initial=finished)
 
     def __call__(self, cell: Cell, status: str, seconds: float) -> None:
         self.done, self.ran = self.done + 1, self.ran + 1
@@ -280,7 +283,7 @@ class CellProgress:
         if not self.live:
             self.console.line(f"{head}, {seconds:.0f} device-s")
         else:
-            eta = output.eta(time.monotonic() - self.start, self.ran, self.total - self.done)
+            eta = output.eta(time.monotonic() - self.started, self.ran, self.total - self.done)
             self.console.line(f"{head} in {seconds:.0f} s" + (f"  (ETA {eta})" if self.done < self.total else ""))
         if self.bar is not None:
             self.bar.set_description_str(f"cells {self.done}/{self.total}", refresh=False)

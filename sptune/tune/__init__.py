@@ -1,14 +1,10 @@
-"""The Ray layer: a thin shell over the plain stage functions of `sptune.train`.
+"""The Ray layer: searches and clusters around the plain stage functions of `sptune.train`, in three parts
+(imports point from engine to records to trials; docs/architecture.md maps every file):
 
-    session.py     the one way to start, join and clean up Ray (every entry point goes through it)
-    options.py     the one option set and flag vocabulary of a search (`sptune study`, the experiment scripts)
-    trainable.py   one trial = one stage run, directly in the Tune trial or under Ray Train's TorchTrainer
-    search.py      search-space files -> Optuna searcher (+ ASHA) for Ray Tune
-    studies.py    the study: pretraining search -> finetuning from the best trial, scratch baseline; resume
-    results.py     results.csv of a study or an experiment (one schema), the selected trial, the summary
-    boundary.py    the warning when a selected value sits at the edge of its searched grid
-    curves.py      learning curves (validation vs step and vs training FLOPs) of the selected trials
-    cli.py         `sptune study | resume | results`
+    trials/    one trial on a worker: its entry point, the stage run (directly or under Ray Train), retries,
+               resources, failures, the test pass of trials ASHA stopped
+    records/   the folders a run leaves, read and written without Tune's loop: study.json, results, storage
+    engine/    the one Ray driver: the cells in memory, the one Tune run, its searcher, schedulers, signals
 
 Nothing here trains: every number comes from `sptune.train.run_stage`, so a study's trial and a
 plain `sptune pretrain` run with the same config produce the same result.

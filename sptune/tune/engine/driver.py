@@ -11,10 +11,13 @@ process, in its main thread: several Tuners at once are not supported by Ray (Tu
     GroupCallbacks   per (cell, stage): trial outcomes, trackers, and a stage's progress bar (one cell)
     signals          sptune.tune.engine.interrupts: Ctrl-C / SIGTERM end the loop at a step boundary
 
-Each trial runs as its cell's study runs it (studies.trial_spec), so every cell directory is a study
-directory: study.json with its stage states and selection, <stage>/<trial run dir>/, results via
-sptune.tune.records.results.collect. A stage is marked done when its last trial ends, after ASHA's stopped
-trials got their test metric (sptune.tune.trials.stopped); never while the run is stopping.
+The cells live in memory (sptune.tune.engine.cells): each study.json is read once per start, and written
+when a stage ends or a selection is made, for a resume and the reports. Each trial runs as its cell's study
+runs it: its spec (studies.trial_spec) reaches it through tune.with_parameters (sptune.tune.trials.entry),
+so every cell directory is a study directory: study.json with its stage states and selection,
+<stage>/<trial run dir>/, results via sptune.tune.records.results.collect. A stage is marked done when its
+last trial ended and ASHA's stopped trials got their test metric in a Ray task on a trial node
+(sptune.tune.trials.stopped); never while the run is stopping.
 
 Resume: the Tune run (<dir>/tune/experiment) is restored with Tuner.restore; the searcher is saved with
 Tune's snapshots (save/restore) and each sub-searcher reopens its journal. Adding cells (more seeds) to a
@@ -41,12 +44,12 @@ from ray.tune.search import Searcher
 from sptune import atomic, files, output, protocol
 from sptune.config import STAGES
 from sptune.tune import loggers, spaces
-from sptune.tune.engine import interrupts, mirroring, preemption, search, stopping
+from sptune.tune.engine import cells, interrupts, mirroring, preemption, search, stopping
 from sptune.tune.engine.routing import Group, GroupCallbacks, GroupScheduler
 from sptune.tune.engine.session import ray_session
 from sptune.tune.records import bracketing, journal, results, seeds, studies, study_state
 from sptune.tune.records.study_state import DONE, StudyState, stage_finished
-from sptune.tune.trials import outcomes, resources, stopped
+from sptune.tune.trials import entry, outcomes, resources, stopped
 from sptune.tune.trials.trainable import LINEAGE_KEY, stage_trainable
 
 log = logging.getLogger("sptune.tune")
@@ -58,6 +61,7 @@ RUNS_FILE = "runs.json"  # tune run name -> the cells it serves
 PRIORITY = ("finetune", "pretrain", "scratch")
 PENDING_ENV = "TUNE_MAX_PENDING_TRIALS_PG"
 MAX_PENDING = 200  # Tune's own figure for fast autoscaling
+UNSAVED = ("testing", "rechecked")  # the searcher's parts that live with this driver start only
 
 
 class CellsSearcher(Searcher):
@@ -76,12 +80,14 @@ class CellsSearcher(Searcher):
         self.live: set[str] = set()  # trials proposed and not yet ended (an errored one rerun comes back)
         self.crashed: set[str] = set()  # trials Tune reported as errored (not tested as stopped ones)
         self.failed_cells: set[str] = set()
-        self.states: dict[str, StudyState] = {}  # study.json of each cell; this searcher writes them
+        self.testing: dict[str, Any] = {}  # "<cell>/<stage>" -> its stopped trials' test task (not saved)
+        self.stopped: set[str] = set()  # groups with a trial that ended before its final result (ASHA's stop)
 
     def set_search_properties(self, metric: Any, mode: Any, config: dict, **spec: Any) -> bool:
         return True  # every sub-searcher has the metric and mode of search.make_searcher
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        self._collect_tests()
         waiting = False
         for cell, stage in proposal_order(list(self.cell_dirs), getattr(self, "lookahead", 1)):
             outcome = self._suggest_from(cell, stage, trial_id)
@@ -108,6 +114,8 @@ class CellsSearcher(Searcher):
         if group not in self.subs:
             return
         self.subs[group].on_trial_complete(trial_id, result, error=error)
+        if not error and "status" not in (result or {}):  # a completed trial's last report is final_metrics
+            self.stopped.add(group)
         self._close_if_done(group)
 
     # -- one (cell, stage)
@@ -150,9 +158,10 @@ class CellsSearcher(Searcher):
             study_state.set_stage_status(study_dir, state, stage, protocol.NO_PRETRAINING)
             return False
         options = state.options
-        self.remaining[f"{cell}/{stage}"] = studies.stage_trials(state, stage)
+        opened = cells.cell_at(study_dir)
+        self.remaining[f"{cell}/{stage}"] = opened.bounds.stage_trials[stage]
         self.subs[f"{cell}/{stage}"] = search.limit(
-            search.make_searcher(studies.stage_space(state, stage), options.sampler, options.seed,
+            search.make_searcher(opened.grids[stage], options.sampler, options.seed,
                                  journal=study_dir / files.OPTUNA_JOURNAL,
                                  study_name=journal.optuna_study_name(study_dir, stage)),
             options.max_concurrent)
@@ -164,13 +173,33 @@ class CellsSearcher(Searcher):
         cell, stage = group.rsplit("/", 1)
         state = self._state(cell)
         running = any(self.group_of[t] == group for t in self.live)
-        if group in self.exhausted and not running and stage not in state.stage_status:
+        if group in self.exhausted and not running and stage not in state.stage_status and group not in self.testing:
             study_dir = Path(self.cell_dirs[cell])
             if state.options.extend_grids and self._extend(cell, stage, state):
                 return
-            spec = studies.trial_spec(study_dir, state, stage)
-            stopped.test_stopped(study_dir, stage, spec, frozenset(self.crashed))
-            study_state.set_stage_status(study_dir, state, stage, DONE)
+            if group not in getattr(self, "stopped", {group}):  # no trial to test: a new worker would cost seconds
+                study_state.set_stage_status(study_dir, state, stage, DONE)
+                return
+            # In a Ray task on a trial node, never in the driver: the head takes no trials.
+            self.testing[group] = stopped.test_on_worker(cells.cell_at(study_dir).specs[stage],
+                                                         frozenset(self.crashed))
+
+    def _collect_tests(self) -> None:
+        """Mark done each stage whose stopped trials' test task ended (a failed task fails its cell; a
+        resume tests them again). After a restore, the stages whose last trial ended before the snapshot
+        but were not marked done start their task again."""
+        if not getattr(self, "rechecked", False):
+            self.rechecked = True
+            for group in list(self.exhausted):
+                self._close_if_done(group)
+        for group, error in stopped.ended(self.testing):
+            cell, stage = group.rsplit("/", 1)
+            del self.testing[group]
+            if error is not None:
+                log.error("%s %s: testing the stopped trials failed: %s", cell, stage, error)
+                self._fail(cell)
+                continue
+            study_state.set_stage_status(self.cell_dirs[cell], self._state(cell), stage, DONE)
 
     def _extend(self, cell: str, stage: str, state: StudyState) -> bool:
         """Open a searcher over the stage's next points beyond its grid's edges; False when there are none.
@@ -192,10 +221,7 @@ class CellsSearcher(Searcher):
         return True
 
     def _state(self, cell: str) -> StudyState:
-        """Read once: re-reading every cell's study.json per suggestion would grow with the cells."""
-        if cell not in self.states:
-            self.states[cell] = study_state.load(self.cell_dirs[cell])
-        return self.states[cell]
+        return cells.cell_at(self.cell_dirs[cell]).state
 
     def _lineage(self, cell: str, stage: str, state: StudyState) -> dict[str, Any]:
         lineage = {"name": Path(self.cell_dirs[cell]).name, "stage": stage, "cell": cell,
@@ -212,11 +238,11 @@ class CellsSearcher(Searcher):
     # -- saved with Tune's experiment snapshots
     def save(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "wb") as file:
-            pickle.dump({k: v for k, v in self.__dict__.items() if k != "states"}, file)
+            pickle.dump({k: v for k, v in self.__dict__.items() if k not in UNSAVED}, file)
 
     def restore(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "rb") as file:
-            self.__dict__.update(pickle.load(file), states={})
+            self.__dict__.update(pickle.load(file), testing={}, rechecked=False)
         for sub in self.subs.values():
             sub.searcher.reopen_journal()  # trials asked after the snapshot go back to the queue
 
@@ -251,43 +277,17 @@ def start_rank(order: dict[tuple[str, str], int], trial: Any) -> int:
     return order.get((lineage["cell"], lineage["stage"]), len(order))
 
 
-def cell_of(config: dict[str, Any]) -> tuple[Path, str]:
-    lineage = config[LINEAGE_KEY]
-    return Path(lineage["study_dir"]), lineage["stage"]
-
-
-def cell_trainable(config: dict[str, Any], stage_fn: Callable[..., None] = stage_trainable) -> None:
-    """A trial of any cell: run as that cell's study runs its stage's trials (the spec read from study.json)."""
-    study_dir, stage = cell_of(config)
-    stage_fn(config, spec=studies.trial_spec(study_dir, study_state.load(study_dir), stage))
-
-
-def fit_packing(study_dir: Path) -> StudyState:
-    """The cell's study.json, where a study whose trials share GPUs (--trials-per-gpu) asks each trial for
-    the CPUs this cluster's GPU nodes have per slot; study.json keeps it, for the trials that read their spec
-    from there."""
-    state = study_state.load(study_dir)
-    options = state.options
-    if not options.trials_per_gpu:
-        return state
-    cpus = resources.packed_cpus(options.cpus_per_worker, options.trials_per_gpu)
-    if cpus != options.cpus_per_worker:
-        log.info("%d trials per GPU: %g CPU(s) per trial (asked %g), what the GPU nodes have per slot",
-                 options.trials_per_gpu, cpus, options.cpus_per_worker)
-        state = dataclasses.replace(state, options=dataclasses.replace(options, cpus_per_worker=cpus))
-        study_state.save(state.dir, state)
-    return state
-
-
-def cell_placements(cell_dirs: dict[str, Path], bounds: dict[str, studies.CellBounds],
-                    served: list[str]) -> dict[str, dict[str, float]]:
-    """Each cell's trial resources: the cells this run continues, and the other cells of the Tune run it
-    restores. Tune's restore re-adds every trial it recorded and asks each for its resources, those of
-    cells that finished after the run began included (they stay TERMINATED and never run again)."""
+def served_dirs(cell_dirs: dict[str, Path], served: list[str]) -> dict[str, Path]:
+    """The cells this run continues, and the other cells of the Tune run it restores. Tune's restore re-adds
+    every trial it recorded and asks each for its resources and its spec, those of cells that finished after
+    the run began included (they stay TERMINATED, or a resume's resume_errored runs a crashed one again)."""
     siblings = Path(next(iter(cell_dirs.values()))).parent
-    dirs = {**{key: siblings / key for key in served if (siblings / key / files.STUDY).is_file()}, **cell_dirs}
-    return {key: (bounds.get(key) or studies.cell_bounds(study_state.load(path))).resources
-            for key, path in dirs.items()}
+    return {**{key: siblings / key for key in served if (siblings / key / files.STUDY).is_file()}, **cell_dirs}
+
+
+def cell_placements(served: dict[str, cells.Cell]) -> dict[str, dict[str, float]]:
+    """Each served cell's trial resources (--cpus-per-worker, --gpus-per-worker ...)."""
+    return {key: cell.bounds.resources for key, cell in served.items()}
 
 
 def served_cells(storage: Path, name: str) -> list[str]:
@@ -306,8 +306,8 @@ def trial_placement(resources: dict[str, dict[str, float]], config: dict[str, An
 def group_scheduler(group: Group) -> Any:
     """ASHA for a (cell, stage) whose options ask for it at its trial count, else None (FIFO)."""
     study_dir, stage = group
-    state = study_state.load(study_dir)
-    return search.make_scheduler(spaces.stage_asha(state.options, studies.stage_trials(state, stage)))
+    cell = cells.cell_at(study_dir)
+    return search.make_scheduler(spaces.stage_asha(cell.state.options, cell.bounds.stage_trials[stage]))
 
 
 def group_callbacks(progress: bool, group: Group) -> list:
@@ -315,34 +315,36 @@ def group_callbacks(progress: bool, group: Group) -> list:
     from sptune.tune.engine.progress import StageProgress
 
     study_dir, stage = Path(group[0]), group[1]
-    state = study_state.load(study_dir)
-    made = [outcomes.make_outcomes_callback(studies.trial_spec(study_dir, state, stage)),
-            *loggers.callbacks(state.options.logger, study_dir, stage)]
+    cell = cells.cell_at(study_dir)
+    made = [outcomes.make_outcomes_callback(cell.specs[stage]),
+            *loggers.callbacks(cell.state.options.logger, study_dir, stage)]
     if progress:
-        made.append(StageProgress(stage, studies.stage_trials(state, stage)))
+        made.append(StageProgress(stage, cell.bounds.stage_trials[stage]))
     return made
 
 
 def run_cells(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callable[..., None] = stage_trainable,
-              verbose: int = 0, time_budget_s: float | None = None, stages: tuple[str, ...] = STAGES) -> None:
+              verbose: int = 0, time_budget_s: float | None = None, stages: tuple[str, ...] = STAGES,
+              states: dict[str, StudyState] | None = None) -> None:
     """Run (or continue, from experiment_dir/tune/<run>) every stage of every cell in one Tune run, in this
-    (the main) thread. Every cell directory must already hold its study.json (studies.create). `stages`
-    limits what this run proposes (a test running one stage's search). Raises interrupts.Interrupted when a
-    signal stopped the run (its trials continue on a resume); a time budget ends it cleanly."""
+    (the main) thread. Every cell directory must already hold its study.json (studies.create); `states` are
+    the cells' states this process already holds (the rest are read here, once). `stages` limits what this
+    run proposes (a test running one stage's search). Raises interrupts.Interrupted when a signal stopped
+    the run (its trials continue on a resume); a time budget ends it cleanly."""
     import ray
     from ray import tune as ray_tune
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
-    states = {key: fit_packing(path) for key, path in cell_dirs.items()}
-    bounds = {key: studies.cell_bounds(state) for key, state in states.items()}
-    resources.check_cluster(max(state.options.gpus_per_worker for state in states.values()))
-    for state in states.values():
-        loggers.prepare(state.options.logger)
-        loggers.create_experiment(state.options.logger, Path(state.dir))
     storage = experiment_dir / "tune"
     name = tune_run_name(storage, sorted(cell_dirs))
-    placement = cell_placements(cell_dirs, bounds, served_cells(storage, name))
-    fn = ray_tune.with_resources(ray_tune.with_parameters(preemption.unless_spent(cell_trainable), stage_fn=stage_fn),
+    served = cells.open_cells(served_dirs(cell_dirs, served_cells(storage, name)), states or {}, fresh=True)
+    bounds = {key: served[key].bounds for key in cell_dirs}
+    resources.check_cluster(max(served[key].state.options.gpus_per_worker for key in cell_dirs))
+    for key in cell_dirs:
+        loggers.prepare(served[key].state.options.logger)
+        loggers.create_experiment(served[key].state.options.logger, served[key].dir)
+    placement = cell_placements(served)
+    fn = ray_tune.with_resources(ray_tune.with_parameters(entry.run_trial, specs=cells.specs(served), stage_fn=stage_fn),
                                  partial(trial_placement, placement))
     stop_key = stopping.key(experiment_dir, name)  # signals and --time-budget end the run at a step boundary
     if ray_tune.Tuner.can_restore(str(storage / name)):
@@ -351,7 +353,7 @@ def run_cells(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callab
     else:
         groups = [(str(Path(path)), stage) for path in cell_dirs.values() for stage in stages]
         lookahead = cells_ahead(ray.cluster_resources(), next(iter(placement.values())),
-                                next(iter(states.values())).options.max_concurrent)
+                                next(iter(served.values())).state.options.max_concurrent)
         order = {pair: index for index, pair in enumerate(proposal_order(list(cell_dirs), lookahead))}
         tuner = ray_tune.Tuner(fn, tune_config=ray_tune.TuneConfig(
             search_alg=CellsSearcher(cell_dirs, stop_key, stages, lookahead), num_samples=total_trials(bounds),
@@ -421,8 +423,9 @@ def pending_trials(count: int) -> Iterator[None]:
 
 
 def total_trials(bounds: dict[str, studies.CellBounds]) -> int:
-    """Every trial any cell may run: Tune's upper bound (the searcher says FINISHED when all cells are done)."""
-    return max(sum(cell.trials for cell in bounds.values()), 1)
+    """Every trial any cell may run, and one more: Tune's upper bound, never reached, so Tune asks the searcher
+    until it says FINISHED (its last stage is done only once the stage's stopped trials were tested)."""
+    return sum(cell.trials for cell in bounds.values()) + 1
 
 
 def concurrency_bound(bounds: dict[str, studies.CellBounds]) -> int:
@@ -435,8 +438,8 @@ def max_failures(bounds: dict[str, studies.CellBounds]) -> int:
 
 
 def _trial_name(trial: Any) -> str:
-    study_dir, stage = cell_of(trial.config)
-    return f"{study_dir.name}_{stage}_{trial.trial_id}"
+    lineage = trial.config[LINEAGE_KEY]
+    return f"{Path(lineage['study_dir']).name}_{lineage['stage']}_{trial.trial_id}"
 
 
 # ----------------------------------------------------------------------------- a study, a multi-seed study
@@ -454,14 +457,14 @@ def run_study(study_dir: str | Path, address: str | None = None, verbose: int = 
     Tune's own verbosity (its tables go wherever stdout goes: see sptune.api and sptune.output).
     """
     study_dir = Path(study_dir).resolve()
-    state = study_state.load(study_dir)
+    state = study_state.load(study_dir)  # the one read of study.json of this start
     log.info("%s", studies.describe_path(state.options))
     with ray_session(study_dir, address):
         crashed = retry_failed and any(studies.crashed_trials(study_dir, stage) for stage in STAGES)
         if crashed or not study_state.cell_finished(state):
             run_cells(study_dir, {study_dir.name: study_dir}, stage_fn=trainable, verbose=verbose,
-                      time_budget_s=time_budget_s)
-    rows = results.collect(study_dir)
+                      time_budget_s=time_budget_s, states={study_dir.name: state})
+    rows = results.collect(study_dir, state)
     results.write_csv(rows, study_dir / files.RESULTS_CSV)
     return rows
 
@@ -471,7 +474,7 @@ def run_stage_search(study_dir: Path, state: StudyState, stage: str, trainable: 
     """One stage's search alone, inside a running Ray session (tests, benchmarks): the engine proposing
     only `stage`."""
     run_cells(Path(study_dir), {Path(study_dir).name: Path(study_dir)}, stage_fn=trainable, verbose=verbose,
-              stages=(stage,))
+              stages=(stage,), states={Path(study_dir).name: state})
 
 
 def run_seeds(parent: str | Path, address: str | None = None, verbose: int = 1,
@@ -480,14 +483,15 @@ def run_seeds(parent: str | Path, address: str | None = None, verbose: int = 1,
     files (and each seed's results.csv)."""
     parent = Path(parent).resolve()
     spec = files.read_json(parent / files.SEEDS)
-    cells = {seeds.seed_dir_name(seed): parent / seeds.seed_dir_name(seed) for seed in spec["seeds"]}
+    seed_dirs = {seeds.seed_dir_name(seed): parent / seeds.seed_dir_name(seed) for seed in spec["seeds"]}
     start = time.perf_counter()
     with ray_session(parent, address):
-        todo = {key: path for key, path in cells.items() if not study_state.cell_finished(study_state.load(path))}
+        states = {key: study_state.load(path) for key, path in seed_dirs.items()}  # once each, this start
+        todo = {key: path for key, path in seed_dirs.items() if not study_state.cell_finished(states[key])}
         try:
             if todo:
-                run_cells(parent, todo, verbose=verbose, time_budget_s=time_budget_s)
+                run_cells(parent, todo, verbose=verbose, time_budget_s=time_budget_s, states=states)
         finally:
-            for path in cells.values():
-                results.write_csv(results.collect(path), path / files.RESULTS_CSV)
+            for key, path in seed_dirs.items():
+                results.write_csv(results.collect(path, states[key]), path / files.RESULTS_CSV)
     return seeds.report(parent, wall_seconds=(spec.get("wall_seconds") or 0.0) + time.perf_counter() - start)

@@ -15,36 +15,29 @@ failure, so a callback can only uncount a failure after its retry was decided. H
                          that is gone is a node loss, any other a crash; Tune's count of the trial's
                          failures (Trial.run_metadata.num_failures) is set to its crashes, and a crash
                          that used the room marks the trial spent
-    unless_spent(fn)     the trainable: a spent trial's retry fails at once with that crash's error, so
-                         Tune ends the trial as errored, as any trial whose retries are spent (error.json,
-                         and a resume runs it again)
+    retries.unless_spent the trainable's guard (sptune.tune.trials.retries, on the worker): a spent trial's
+                         retry fails at once with that crash's error, so Tune ends the trial as errored, as
+                         any trial whose retries are spent (error.json, and a resume runs it again)
 
-Each failure is recorded in the run directory's retries.json: attempt, node, cause.
+Each failure is recorded in the run directory's retries.json (sptune.tune.trials.retries): attempt, node, cause.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import socket
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ray.tune import Callback
 
 from sptune import atomic, files
-from sptune.tune.trials import failures, trainable
-from sptune.tune.trials.trainable import LINEAGE_KEY
+from sptune.tune.trials import failures, retries, trainable
 
 log = logging.getLogger("sptune.tune")
 
-RETRIES = "retries.json"  # {"failures": [{"attempt", "node_id", "cause"}], "spent": error or absent}
 NODE_LOST, CRASH = "node lost", "crash"
 PROBE_S = 3.0  # how long a live raylet may take to accept a connection
-
-
-class RetriesSpent(RuntimeError):
-    """A trial's crashes used every retry --max-failures allows."""
 
 
 def tune_limit(max_failures: int) -> int:
@@ -60,8 +53,8 @@ class NodeLossRetries(Callback):
         self.max_failures = max_failures
 
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        run_dir = run_dir_of(trial.config, trial.trial_id)
-        record = files.read_json(run_dir / RETRIES) if (run_dir / RETRIES).is_file() else {"failures": []}
+        run_dir = trainable.trial_run_dir(trial.config, trial.trial_id)
+        record = retries.read(run_dir)
         failure = classify(run_dir, record)
         record["failures"].append(failure)
         crashes = sum(f["cause"] == CRASH for f in record["failures"])
@@ -74,7 +67,7 @@ class NodeLossRetries(Callback):
         elif crashes > self.max_failures:
             record["spent"] = (f"crashed {crashes} times, more than --max-failures {self.max_failures}; "
                                f"the last: {failures.one_line(_error_text(trial))}")
-        atomic.write_json(run_dir / RETRIES, record)
+        atomic.write_json(run_dir / retries.RETRIES, record)
 
 
 def classify(run_dir: Path, record: dict[str, Any]) -> dict[str, Any]:
@@ -103,30 +96,6 @@ def node_gone(node_id: str) -> bool:
     except OSError:
         return True
     return False
-
-
-def unless_spent(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The Tune function `fn`, failing at once (RetriesSpent) in a trial marked spent; the mark is consumed,
-    so a later resume runs the trial again."""
-
-    @functools.wraps(fn)
-    def run(config: dict[str, Any], **kwargs: Any) -> Any:
-        from ray import tune
-
-        path = run_dir_of(config, tune.get_context().get_trial_id()) / RETRIES
-        record = files.read_json(path) if path.is_file() else {}
-        if record.get("spent"):
-            atomic.write_json(path, {key: value for key, value in record.items() if key != "spent"})
-            raise RetriesSpent(record["spent"])
-        return fn(config, **kwargs)
-
-    return run
-
-
-def run_dir_of(config: dict[str, Any], trial_id: str) -> Path:
-    lineage = config[LINEAGE_KEY]
-    return Path(lineage["study_dir"]) / lineage["stage"] / trainable.run_name(
-        lineage["stage"], trial_id, trainable.searched(config))
 
 
 def _error_text(trial: Any) -> str:

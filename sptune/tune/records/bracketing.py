@@ -53,7 +53,7 @@ def extend(study_dir: Path, state: StudyState, stage: str, known: Collection[str
     them was started by a killed driver after Tune's last snapshot, and the resumed run never heard of it:
     its value counts as untried, so the round proposes it again and the trial continues in its directory
     from its checkpoint (sptune.tune.trials.trainable.adopt_orphan)."""
-    rows = [r for r in results.collect(study_dir) if r["stage"] == stage
+    rows = [r for r in results.collect(study_dir, state) if r["stage"] == stage
             and not (r["status"] == "unfinished" and r["trial_id"] not in known)]
     stage_space = state.space["stages"][stage]
     unrun = missing_folds(rows, stage_space["params"])

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 from sptune import files, protocol
 from sptune.tune.records import boundary, study_state
-from sptune.tune.records.study_state import Selection
+from sptune.tune.records.study_state import Selection, StudyState
 from sptune.tune.records.trial_rows import COLUMNS, RESULT_KEYS, TrialRow
 from sptune.config import STAGES
 from sptune.atomic import write_text as write_text_atomic
@@ -35,10 +35,11 @@ RULE = ("selection: per stage, the trial with the best validation metric (a tie,
         "trial's best checkpoint")
 
 
-def collect(study_dir: str | Path) -> list[TrialRow]:
-    """Every trial of the study, in stage order then run-directory order."""
+def collect(study_dir: str | Path, state: StudyState | None = None) -> list[TrialRow]:
+    """Every trial of the study, in stage order then run-directory order; `state`: its study.json where the
+    caller holds it (the engine), else read here."""
     study_dir = Path(study_dir)
-    state = study_state.read(study_dir)
+    state = state if state is not None else study_state.read(study_dir)
     rows = []
     for stage in STAGES:
         stage_dir = study_dir / stage

@@ -29,6 +29,7 @@ trial worker asks for (sptune.tune.trials.resources): otherwise no trial could e
 from __future__ import annotations
 
 import copy
+import json
 import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -66,7 +67,8 @@ def create(config_path: str | None, overrides: list[str], study_dir: str | Path,
     state.dir = str(study_dir)
     study_dir.mkdir(parents=True, exist_ok=True)
     study_state.save(study_dir, state)
-    return study_state.load(study_dir)  # as a resume will see it (JSON has lists where configs had tuples)
+    # As a resume will read it: lists where configs had tuples, keys in study.json's sorted order.
+    return StudyState.from_dict(json.loads(json.dumps(state.to_dict(), sort_keys=True)))
 
 
 def resolve(config_path: str | None, overrides: list[str], space_path: str | None = None,
@@ -207,6 +209,7 @@ class CellBounds:
     numbers, so the engine sizes the run without handling the cell's configs."""
 
     resources: dict[str, float]  # one trial's request (every stage of a cell asks the same)
+    stage_trials: dict[str, int]  # each stage's search: its grid's size, capped by num_samples
     trials: int  # the most trials its unfinished stages may run, grid extensions included
     concurrency: int  # the most of them at once (each unfinished stage at max_concurrent)
     max_failures: int
@@ -215,9 +218,10 @@ class CellBounds:
 def cell_bounds(state: StudyState) -> CellBounds:
     options = state.options
     todo = [stage for stage in STAGES if stage not in state.stage_status]
-    trials = sum(stage_trials(state, stage) + stage_extra_trials(state, stage) for stage in todo)
+    counts = {stage: stage_trials(state, stage) for stage in STAGES}
+    trials = sum(counts[stage] + stage_extra_trials(state, stage) for stage in todo)
     return CellBounds(resources=trial_resources(options.path, options.cpus_per_worker, options.gpus_per_worker),
-                      trials=trials, concurrency=options.max_concurrent * len(todo),
+                      stage_trials=counts, trials=trials, concurrency=options.max_concurrent * len(todo),
                       max_failures=options.max_failures)
 
 
@@ -247,7 +251,7 @@ def select_pretraining(study_dir: Path, state: StudyState) -> Selection | None:
     kept in study.json with what selected it, so a resume reuses it."""
     if state.selected is None:
         # Only pretraining rows: scratch trials may be writing their results meanwhile.
-        best, how = results.best_row(results.collect(study_dir), "pretrain")
+        best, how = results.best_row(results.collect(study_dir, state), "pretrain")
         if best is None:
             return None
         study_state.set_selected(study_dir, state, Selection(
@@ -255,6 +259,11 @@ def select_pretraining(study_dir: Path, state: StudyState) -> Selection | None:
             best_val_loss=best.get("best_val_loss"), selected_by=how,
             checkpoint=str(protocol.init_checkpoint(best["run_dir"]))))
     return state.selected
+
+
+def trial_specs(study_dir: Path, state: StudyState) -> dict[str, TrialSpec]:
+    """Every stage's trial spec."""
+    return {stage: trial_spec(study_dir, state, stage) for stage in STAGES}
 
 
 def trial_spec(study_dir: Path, state: StudyState, stage: str) -> TrialSpec:

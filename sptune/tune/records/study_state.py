@@ -39,7 +39,8 @@ class Selection:
 
     def lineage(self) -> dict[str, Any]:
         """What every finetuning trial's config records of its start (trackers log it as the lineage)."""
-        return {"init_trial": self.trial, "init_step": self.step, "init_checkpoint": self.checkpoint}
+        return {"init_trial": self.trial, "init_step": self.step, "init_checkpoint": self.checkpoint,
+                "init_run_dir": self.run_dir}
 
 
 @dataclass(kw_only=True)

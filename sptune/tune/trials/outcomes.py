@@ -20,8 +20,7 @@ def make_outcomes_callback(spec: Any):
 
     class TrialOutcomes(Callback):
         def _run_dir(self, trial: Any) -> Path:
-            params = trainable.searched(trial.config)
-            return Path(spec.study_dir) / spec.stage / trainable.run_name(spec.stage, trial.trial_id, params)
+            return trainable.run_dir_of(spec.study_dir, spec.stage, trial.trial_id, trainable.searched(trial.config))
 
         def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             run_dir = self._run_dir(trial)

@@ -6,9 +6,10 @@ step 7). Once its stage has ended, `test_stopped` evaluates the test split at ea
 results.csv gives it a test metric and its whole cost. Selection stays validation-only and among completed
 trials (results.best_row): the test metric of a stopped trial is reported, never used to choose.
 
-Run after the stage, not inside the trial: Tune ends a stopped trial at its report, with no place to run
-more code. Robust to a killed driver: a trial without result.json is tested again at the next resume,
-and result.json is written atomically, last.
+Run after the stage, not inside the trial (Tune ends a stopped trial at its report, with no place to run
+more code), and on a worker: the engine submits `test_on_worker`, a Ray task with a trial's resources, and
+marks the stage done when it ended. Robust to a killed driver: a trial without result.json is tested again
+at the next resume, and result.json is written atomically, last.
 """
 
 from __future__ import annotations
@@ -56,9 +57,9 @@ def stopped_result(run_dir: Path, stage: str, world: int = 1) -> dict[str, Any]:
     """Evaluate the test split at run_dir/best.pt and write result.json (status `stopped`) from last.pt's state."""
     import torch
 
-    from sptune import config, flops, train
-    from sptune.build import build_pretrain_model, build_task_model, count_parameters
-    from sptune.data import batch, stage_steps, step_draw, train_fraction
+    from sptune import config, train
+    from sptune.build import count_parameters
+    from sptune.data import stage_steps, train_fraction
     from sptune.registry import task_of
 
     cfg = config.load(run_dir / files.CONFIG)
@@ -69,17 +70,10 @@ def stopped_result(run_dir: Path, stage: str, world: int = 1) -> dict[str, Any]:
     device = torch.device("cuda" if cfg.run.device != "cpu" and torch.cuda.is_available() else "cpu")
     splits = task.load(cfg.task.data_dir or None, seed=cfg.run.seed, resample=cfg.task.resample_splits)
     pretraining = stage == "pretrain"
-    masked_continuous = pretraining and cfg.objective.kind == "masked" and task.input_kind == "continuous"
-    model = build_pretrain_model(cfg.model, cfg.objective, task, mask_channel=masked_continuous) if pretraining \
-        else build_task_model(cfg.model, task)
-    # The FLOPs per example as run_stage counts them (on a meta copy, from one training example).
     train_split = train_fraction(splits["train"], cfg.task.train_fraction)
     max_steps = stage_steps(cfg.optim.max_steps, cfg.optim.epochs, cfg.optim.batch_size, len(train_split))
-    x1, _, lengths1 = batch(train_split, torch.tensor([0]))
-    if pretraining:
-        d1, lengths1 = train.denoise(cfg.objective, task, x1, lengths1, step_draw(cfg.run.seed, 0))
-        x1 = d1.inputs
-    cost = flops.measure(model, x1, lengths1, task.seq_len)
+    # The model and its FLOPs as run_stage counts them; its weights come from best.pt below.
+    model, cost = train.stage_model(cfg, task, stage, train_split)
     model.to(device)
     best_path, last_path = run_dir / files.BEST, run_dir / files.LAST
     checkpoints.load_into(model, checkpoints.load(best_path, device, keys=("model",), fix=train.RESTART_FIX)["model"],
@@ -93,3 +87,55 @@ def stopped_result(run_dir: Path, stage: str, world: int = 1) -> dict[str, Any]:
                               "n_params": count_parameters(model),
                               "init_from": None, **train.test_entries(test)}
     return train.finish(result, state, cost, world, run_dir, max_steps, status=STATUS)
+
+
+def test_on_worker(spec: Any, crashed: frozenset[str]) -> Any:
+    """test_stopped for the stage of `spec` as a Ray task on a trial node, never in the driver; returns its
+    ObjectRef (see `ended`).
+
+    The task reserves no CPU or GPU: with reuse_actors, Tune keeps the actors of ended trials, and their
+    resources, for the trials still to come, so a task asking for a trial's share would wait for a slot that
+    never frees while the stage it closes is unfinished. It runs instead on a node that has trial resources
+    (a worker node of cluster.yaml; the head, which has none, only when it is the one node) and, in a GPU
+    study, sees that node's GPUs: stopped trials are tested on the device and in the precision they trained
+    in, beside the running trials, for the seconds one test pass takes."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    # A task's runtime_env adds to the job's (its plugins' modules stay): here, the node's GPUs left visible.
+    gpus = {"runtime_env": {"env_vars": {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}}} \
+        if spec.gpus_per_worker else {}
+    task = ray.remote(test_stopped).options(
+        num_cpus=0, name=f"test stopped {spec.stage} trials", max_retries=3, **gpus,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(trial_node(bool(spec.gpus_per_worker)), soft=True))
+    return task.remote(spec.study_dir, spec.stage, spec, crashed)
+
+
+def trial_node(gpu: bool) -> str:
+    """An alive node with the resources trials ask for (a GPU in a GPU study), other than the driver's where
+    there is one."""
+    import ray
+
+    kind = "GPU" if gpu else "CPU"
+    driver = ray.get_runtime_context().get_node_id()
+    nodes = sorted((node["NodeID"] != driver, node["NodeID"]) for node in ray.nodes()
+                   if node["Alive"] and node["Resources"].get(kind, 0) > 0)
+    return nodes[-1][1] if nodes else driver
+
+
+def ended(tasks: dict[str, Any]) -> list[tuple[str, str | None]]:
+    """Of `tasks` ({name: ObjectRef of test_on_worker}), those that ended: (name, None) or (name, its error)."""
+    import ray
+
+    if not tasks:
+        return []
+    names = {ref: name for name, ref in tasks.items()}
+    ready, _ = ray.wait(list(names), num_returns=len(names), timeout=0)
+    done = []
+    for ref in ready:
+        try:
+            ray.get(ref)
+            done.append((names[ref], None))
+        except Exception as exc:  # noqa: BLE001 - the engine fails the cell and goes on
+            done.append((names[ref], f"{type(exc).__name__}: {exc}"))
+    return done

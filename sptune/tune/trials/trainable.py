@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from sptune import atomic, checkpoints, files
-from sptune.config import Config, from_dict, merge
+from sptune.config import Config, from_dict, with_params
 
 log = logging.getLogger("sptune.tune")
 
@@ -88,15 +88,22 @@ def trial_resources(path: str, cpus_per_worker: float, gpus_per_worker: float) -
 
 def trial_config(spec: TrialSpec, params: dict[str, Any]) -> Config:
     """The stage config with the trial's flattened params (`optim.lr`) applied."""
-    nested: dict[str, dict[str, Any]] = {}
-    for key, value in params.items():
-        section, _, name = key.partition(".")
-        nested.setdefault(section, {})[name] = value
-    cfg = from_dict(merge(spec.base, nested))
+    cfg = with_params(spec.base, params)
     cfg.run.progress = False  # no tty in a trial; evals are printed as lines
     if cfg.run.num_threads == 0:
         cfg.run.num_threads = max(1, int(spec.cpus_per_worker))  # one torch thread per reserved core
     return cfg
+
+
+def run_dir_of(study_dir: str | Path, stage: str, trial_id: str, params: dict[str, Any]) -> Path:
+    """`<study>/<stage>/<run name>`: the one place a trial's run directory is named."""
+    return Path(study_dir) / stage / run_name(stage, trial_id, params)
+
+
+def trial_run_dir(config: dict[str, Any], trial_id: str) -> Path:
+    """The run directory of the trial whose Tune config is `config` (its lineage and searched params)."""
+    lineage = config[LINEAGE_KEY]
+    return run_dir_of(lineage["study_dir"], lineage["stage"], trial_id, searched(config))
 
 
 def searched(config: dict[str, Any]) -> dict[str, Any]:
@@ -106,9 +113,13 @@ def searched(config: dict[str, Any]) -> dict[str, Any]:
 
 def run_name(stage: str, trial_id: str, params: dict[str, Any]) -> str:
     """`pretrain-<trial id>-lr=0.001-batch_size=32`: the stage first, so TensorBoard tells runs apart."""
+    return f"{stage}-{trial_id}{params_suffix(params)}"
+
+
+def params_suffix(params: dict[str, Any]) -> str:
     short = "-".join(f"{key.rsplit('.', 1)[-1]}={value:g}" if isinstance(value, float)
                      else f"{key.rsplit('.', 1)[-1]}={value}" for key, value in sorted(params.items()))
-    return f"{stage}-{trial_id}" + (f"-{short}" if short else "")
+    return f"-{short}" if short else ""
 
 
 def adopt_orphan(run_dir: Path, trial_id: str, params: dict[str, Any]) -> None:
@@ -124,7 +135,9 @@ def adopt_orphan(run_dir: Path, trial_id: str, params: dict[str, Any]) -> None:
     if run_dir.exists() or not run_dir.parent.is_dir():
         return
     wanted = json.loads(json.dumps(params))  # as trial.json stores them
-    for other in sorted(run_dir.parent.iterdir()):
+    # Only the directories named for these params are read: a trial's start reads no sibling's record.
+    prefix, suffix = f"{run_dir.parent.name}-", params_suffix(params)
+    for other in sorted(p for p in run_dir.parent.iterdir() if p.name.startswith(prefix) and p.name.endswith(suffix)):
         record = files.read_json(other / files.TRIAL) if (other / files.TRIAL).is_file() else {}
         if record.get("params") != wanted or other == run_dir:
             continue
@@ -138,12 +151,12 @@ def adopt_orphan(run_dir: Path, trial_id: str, params: dict[str, Any]) -> None:
 
 
 def stage_trainable(params: dict[str, Any], spec: TrialSpec) -> None:
-    """The Tune function trainable (wrapped with tune.with_parameters(..., spec=spec))."""
+    """One trial of the stage `spec` describes (sptune.tune.trials.entry.run_trial hands it the spec)."""
     from ray import tune as ray_tune
 
     params = searched(params)
     trial_id = ray_tune.get_context().get_trial_id()
-    run_dir = Path(spec.study_dir) / spec.stage / run_name(spec.stage, trial_id, params)
+    run_dir = run_dir_of(spec.study_dir, spec.stage, trial_id, params)
     adopt_orphan(run_dir, trial_id, params)
     done = files.finished_result(run_dir)
     if done is not None:
