@@ -12,7 +12,7 @@
 FROM rayproject/ray:2.60.0-py311-cu130
 
 # torch's CUDA build for the image's CUDA, the pin and index of cluster.yaml's worker_setup_commands; first,
-# so sptune's torch>=2.2 pulls nothing more. Its own layer: a code change does not download it again.
+# so sptune's torch>=2.5 pulls nothing more. Its own layer: a code change does not download it again.
 RUN python -m pip install --no-cache-dir torch==2.13.0 --index-url https://download.pytorch.org/whl/cu130
 
 # sptune where cluster.yaml's file_mounts put the repository, installed as the plain path installs it

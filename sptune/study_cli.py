@@ -107,9 +107,10 @@ def budget_flags(parser: argparse.ArgumentParser) -> None:
                         help="GPU to project device-hours on, at its datasheet peak for the config's precision "
                              "(default: the GPU of cluster.yaml's worker nodes, else a100)")
     parser.add_argument("--utilization", type=float, metavar="U",
-                        help="fraction of the GPU's peak a trial reaches (default: measured per precision on an "
-                             "H100, " + ", ".join(f"{k} {v:g}" for k, v in budget.MEASURED_UTILIZATION.items())
-                             + "; docs/benchmarks.md)")
+                        help="fraction of the GPU's peak a trial reaches (default: measured per model, precision "
+                             "and length, sptune/utilization.py; without a measurement the ListOps Transformer's on "
+                             "an H100, " + ", ".join(f"{k} {v:g}" for k, v in budget.MEASURED_UTILIZATION.items())
+                             + ")")
     parser.add_argument("--seconds", type=float, default=1.0, metavar="S",
                         help="on this node, each stage's model is timed for S seconds of training steps and S of "
                              "evaluation batches, after a warm-up (default %(default)s)")
