@@ -32,13 +32,13 @@ class Cell:
     dir: Path  # its study directory, as the engine names it in every trial's lineage
     state: StudyState  # study.json as this driver start read or made it, kept current by the searcher
     bounds: studies.CellBounds = field(init=False)  # its resources and trial counts at this start
-    specs: dict[str, TrialSpec] = field(init=False)  # each stage's trial spec (finetuning's start: its lineage)
+    specs: dict[str, TrialSpec] = field(init=False)  # each stage's trial spec (a trial's start: its lineage)
     grids: dict[str, spaces.StageSpace] = field(init=False)  # each stage's grid as this start found it
 
     def __post_init__(self) -> None:
         fit_packing(self.dir, self.state)
         self.bounds = studies.cell_bounds(self.state)
-        self.specs = studies.trial_specs(self.dir, dataclasses.replace(self.state, selected=None))
+        self.specs = studies.trial_specs(self.dir, self.state)
         self.grids = {stage: studies.stage_space(self.state, stage) for stage in self.specs}
 
 
