@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 import ray
+from ray.exceptions import RayActorError
 from ray.tune.experiment import Trial
 from ray.tune.trainable.metadata import _TrainingRunMetadata
 from ray_fixtures import CONFIG
@@ -67,16 +68,19 @@ def test_tune_retries_node_losses_without_limit_and_crashes_max_failures_times(t
     config = {LINEAGE_KEY: {"study_dir": str(tmp_path), "stage": "pretrain"}, "optim.lr": 0.001}
     run_dir = trial_run_dir(config, "t1")
     error = tmp_path / "error.txt"
+    raised = []  # the exception of the trial's last failure, as Tune pickles it
     trial = SimpleNamespace(trial_id="t1", config=config, run_metadata=_TrainingRunMetadata(),
-                            max_failures=preemption.tune_limit(1), error_file=str(error))
+                            max_failures=preemption.tune_limit(1), error_file=str(error),
+                            get_pickled_error=lambda: raised[-1])
     callback = preemption.NodeLossRetries(max_failures=1)
 
-    def fail(node: str, message: str) -> bool:
+    def fail(node: str, message: str, exception: Exception | None = None) -> bool:
         """A failure of the attempt on `node`, as TuneController._process_trial_failure handles it."""
         write_attempts(run_dir, *[f["node_id"] for f in files.read_json(run_dir / retries.RETRIES)["failures"]]
                        if (run_dir / retries.RETRIES).is_file() else [], node)
         error.write_text(f"Failure # n\n{message}\n")
-        trial.run_metadata.num_failures += 1  # Tune counts every failure but a drained node's
+        raised.append(exception or RuntimeError(message))
+        trial.run_metadata.num_failures += 0 if exception and exception.preempted else 1  # Tune's own count
         if not Trial.should_recover(trial):
             return False
         callback.on_trial_recover(0, [], trial)
@@ -85,11 +89,14 @@ def test_tune_retries_node_losses_without_limit_and_crashes_max_failures_times(t
     for node in ["dead", "silent", "dead", "silent"]:  # more node losses than any limit
         assert fail(node, "ActorUnavailableError: Socket closed") and trial.run_metadata.num_failures == 0
     assert fail("live", "RuntimeError: first") and trial.run_metadata.num_failures == 1
+    # Ray's own signal: drained for preemption, its raylet still answering. A node loss; Tune left it uncounted.
+    assert fail("live", "ActorDiedError: preempted", RayActorError(preempted=True))
+    assert trial.run_metadata.num_failures == 1
     assert "spent" not in files.read_json(run_dir / retries.RETRIES)
     assert fail("dead", "ActorUnavailableError: Socket closed")  # after the crash retries are spent, too
     assert fail("live", "RuntimeError: second")
     record = files.read_json(run_dir / retries.RETRIES)
-    assert [f["cause"] for f in record["failures"]] == ["node lost"] * 4 + ["crash", "node lost", "crash"]
+    assert [f["cause"] for f in record["failures"]] == ["node lost"] * 4 + ["crash"] + ["node lost"] * 2 + ["crash"]
     assert record["spent"] == "crashed 2 times, more than --max-failures 1; the last: RuntimeError: second"
 
     # The spent trial's retry fails at once, so Tune ends it (its count passes Tune's limit); the mark is

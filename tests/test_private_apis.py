@@ -1,11 +1,15 @@
-"""The private Ray Tune and Optuna internals that sptune.tune.engine.search relies on, checked on the installed versions.
+"""The Ray Tune internals sptune relies on, checked on the installed versions, and the searcher's own use of
+Optuna's public ask/tell and storage API.
 
-`ResumableLimiter` reads and updates Ray's ConcurrencyLimiter counters, and `UniqueOptunaSearch` reaches into
-Ray's OptunaSearch (its Optuna study, trials and storage) and Optuna's storage API. None of these is a public
-contract: an upgrade of Ray or Optuna that renames one must fail here, not in the middle of a study.
+`ResumableLimiter` reads and updates Ray's ConcurrencyLimiter counters, routing.GroupScheduler asks ASHA which
+trials it knows, resources reads the GCS's cluster config, and preemption rewrites a trial's failure count.
+None of these is a public contract: an upgrade of Ray that renames one must fail here, not in the middle of
+a study.
 """
 
 import inspect
+import re
+from types import SimpleNamespace
 
 import optuna
 import pytest
@@ -42,22 +46,39 @@ def test_concurrency_limiter_counters_that_resumable_limiter_updates(searcher):
     assert "a" in limiter.live_trials and limiter.num_unfinished_live_trials == 1
 
 
-def test_optuna_search_internals_that_unique_optuna_search_reads(searcher):
-    params = searcher.suggest("t1")
-    assert isinstance(params, dict)
-    assert isinstance(searcher._ot_trials, dict) and isinstance(searcher._ot_trials["t1"], optuna.Trial)
-    assert isinstance(searcher._ot_study, optuna.Study) and searcher._storage is not None
-    trial = searcher._ot_trials["t1"]
-    assert isinstance(trial._trial_id, int)
-    storage, study_id = searcher._ot_study._storage, searcher._ot_study._study_id
-    assert storage.get_trial(trial._trial_id).state == TrialState.RUNNING
-    for method, args in [("create_new_trial", ["study_id", "template_trial"]),
-                         ("set_trial_state_values", ["trial_id", "state", "values"]),
-                         ("get_trial", ["trial_id"])]:
-        assert list(inspect.signature(getattr(storage, method)).parameters)[:len(args)] == args
-    assert isinstance(study_id, int)
-    assert callable(searcher._ot_study.enqueue_trial)
-    assert "restore" in vars(Searcher) or hasattr(Searcher, "restore")
+def test_asha_trial_table_that_group_scheduler_reads():
+    """routing.GroupScheduler asks ASHA whether it knows a trial (a trial restored into a newer snapshot may not
+    have been added): ASHA keeps them in `_trial_info`, keyed by trial id."""
+    scheduler = search.make_scheduler({"grace_period": 0.25, "reduction_factor": 2})
+    trial = SimpleNamespace(trial_id="t1", config={}, evaluated_params={})
+    assert isinstance(scheduler._trial_info, dict) and "t1" not in scheduler._trial_info
+    scheduler.set_search_properties(search.METRIC, search.MODE)
+    scheduler.on_trial_add(None, trial)
+    assert "t1" in scheduler._trial_info
+
+
+def test_cluster_config_reader_that_resources_calls():
+    """resources.autoscaler_node_types reads the GCS's cluster config through ray._private.state first."""
+    import ray._private.state
+
+    assert callable(ray._private.state.state.get_cluster_config)
+    assert list(inspect.signature(ray._private.state.state.get_cluster_config).parameters) == []
+
+
+def test_trial_failure_count_that_node_loss_retries_rewrite():
+    """preemption.NodeLossRetries sets a trial's failure count to its crashes (node losses uncounted)."""
+    from ray.tune.trainable.metadata import _TrainingRunMetadata
+
+    metadata = _TrainingRunMetadata()
+    metadata.num_failures = 3
+    metadata.invalidate_cache()
+    assert metadata.num_failures == 3
+
+
+def test_the_searcher_reaches_no_private_optuna_or_ray_name():
+    source = inspect.getsource(search)
+    assert not re.findall(r"(?<!self)\._[a-z]", source)  # Optuna and Ray: public API only (self: its own helpers)
+    assert search.UniqueOptunaSearch.__mro__[1] is Searcher  # not Ray's OptunaSearch, which holds private Optuna state
 
 
 def test_a_resumed_errored_trial_gets_a_new_optuna_trial_and_its_result_is_told(searcher):
@@ -65,7 +86,7 @@ def test_a_resumed_errored_trial_gets_a_new_optuna_trial_and_its_result_is_told(
     searcher.on_trial_complete("t1", None, error=True)
     searcher.on_trial_result("t1", {search.METRIC: 0.7, "step": 2})  # Tune runs it again (resume_errored)
     searcher.on_trial_complete("t1", {search.METRIC: 0.8, "status": "completed"})
-    states = [t.state for t in searcher._ot_study.get_trials(deepcopy=False)]
+    states = [t.state for t in searcher.study.get_trials(deepcopy=False)]
     assert states.count(TrialState.FAIL) == 1 and states.count(TrialState.COMPLETE) == 1
 
 

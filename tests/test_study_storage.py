@@ -172,6 +172,40 @@ def test_a_push_uploads_what_changed_and_removes_what_is_gone(tmp_path, aws):
                                  "pretrain/t1/last.pt": b"step 2"}
 
 
+def test_the_manifest_is_a_log_of_each_push_s_changes_read_back_by_a_new_mirror(tmp_path, aws, monkeypatch):
+    folder = tmp_path / "study"
+    (folder / "runs").mkdir(parents=True)
+    for index in range(5):
+        (folder / "runs" / f"{index}.pt").write_bytes(b"v1")
+    uri = storage.attach(folder, "s3://studies/log")
+    log_path = folder / storage.MANIFEST
+    lines = len(log_path.read_text().splitlines())
+    mirror = storage.mirror_of(folder)
+    (folder / "runs" / "0.pt").write_bytes(b"v2")
+    (folder / "runs" / "1.pt").unlink()
+    assert mirror.push() == 1
+    assert len(log_path.read_text().splitlines()) == lines + 2  # one upload, one delete: not the whole study
+
+    # A line cut short by a kill: a new mirror ignores it, so that file is uploaded again, and no later
+    # line runs into it.
+    (folder / "runs" / "2.pt").write_bytes(b"v2")
+    log_path.write_text(log_path.read_text() + '["runs/2.pt", [2, ')
+    again = storage.mirror_of(folder)
+    assert again.push() == 1
+    (folder / "runs" / "3.pt").write_bytes(b"v2")
+    assert again.push() == 1 and storage.mirror_of(folder).push() == 0
+    assert remote_files(uri)["runs/2.pt"] == b"v2" and "runs/1.pt" not in remote_files(uri)
+
+    monkeypatch.setattr(storage, "COMPACT_AFTER", 0)  # a log grown to twice what it describes is rewritten
+    sizes = []
+    for version in range(12):
+        (folder / "runs" / "4.pt").write_bytes(b"v%d" % version)
+        assert again.push() == 1
+        sizes.append(len(log_path.read_text().splitlines()))
+    assert max(sizes) <= 2 * 5 + 1 and 5 in sizes
+    assert storage.mirror_of(folder)._manifest() == again._manifest()
+
+
 def test_tune_state_is_uploaded_as_it_was_before_the_run_directories(tmp_path, aws, monkeypatch):
     """The storage never holds a Tune state newer than the trials it describes: a trial that finishes while
     a push runs is in the storage's run directories, not yet in its Tune state."""

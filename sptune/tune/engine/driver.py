@@ -379,7 +379,8 @@ def fit(tuner: Any, stop_key: str, concurrency: int, time_budget_s: float | None
     # a slot freed while another trial's actor starts would wait for it. The cells' own limits bound the
     # pending trials instead (queued trials are also what makes an autoscaler add nodes).
     try:
-        with pending_trials(min(MAX_PENDING, concurrency)), interrupts.deferred_to(stop.event):
+        with pending_trials(min(MAX_PENDING, concurrency)), interrupts.deferred_to(stop.event), \
+                stopping.quiet_tune_stop_notes(stop_key):
             try:
                 tuner.fit()
             except Exception:

@@ -1,20 +1,21 @@
 """Trials lost with their node are retried from their checkpoint without limit; other crashes are retried
 --max-failures times (deterministic failures never reach Tune: sptune.tune.trials.failures).
 
-Why Tune's FailureConfig alone does not do it: Tune counts every failure of a trial toward max_failures,
-except a RayActorError that Ray marks `preempted` (its node was drained for preemption before it died).
-A node that just disappears (a spot instance reclaimed under `ray up`, a dead machine, a killed raylet)
-reaches the driver as ActorUnavailableError ("Socket closed") or ActorDiedError, counted like a bug: a
-long trial on spot instances would fail after max_failures preemptions. And Tune decides whether to retry
-(Trial.should_recover, in TuneController._process_trial_failure) before any callback hears of the
-failure, so a callback can only uncount a failure after its retry was decided. Hence:
+Ray's own signal comes first: an actor that died on a node drained with reason PREEMPTION (the autoscaler's
+`ray drain-node --reason DRAIN_NODE_REASON_PREEMPTION`, a cloud's spot notice relayed to Ray) raises a
+RayActorError marked `preempted`, which Tune does not count toward max_failures. But a node that just
+disappears (a spot instance reclaimed without a drain, a dead machine, a killed raylet) reaches the driver
+as ActorUnavailableError ("Socket closed") or ActorDiedError, counted like a bug: a long trial on spot
+instances would fail after max_failures losses. And Tune decides whether to retry (Trial.should_recover, in
+TuneController._process_trial_failure) before any callback hears of the failure, so a callback can only
+uncount a failure after its retry was decided. Hence, as the fallback for losses Ray did not mark:
 
     tune_limit(n)        Tune's max_failures: n + 1, one failure of room, so that a node loss is retried
                          even when the trial's crashes have spent their n retries
-    NodeLossRetries      a Tune callback, after each retry decision: a failure whose attempt ran on a node
-                         that is gone is a node loss, any other a crash; Tune's count of the trial's
-                         failures (Trial.run_metadata.num_failures) is set to its crashes, and a crash
-                         that used the room marks the trial spent
+    NodeLossRetries      a Tune callback, after each retry decision: a failure Ray marked preempted, or whose
+                         attempt ran on a node that is gone, is a node loss, any other a crash; for an
+                         unmarked failure Tune's count of the trial's failures (Trial.run_metadata.num_failures)
+                         is set to its crashes; a crash that used the room marks the trial spent
     retries.unless_spent the trainable's guard (sptune.tune.trials.retries, on the worker): a spent trial's
                          retry fails at once with that crash's error, so Tune ends the trial as errored, as
                          any trial whose retries are spent (error.json, and a resume runs it again)
@@ -29,6 +30,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from ray.exceptions import RayActorError, RayTaskError
 from ray.tune import Callback
 
 from sptune import atomic, files
@@ -55,12 +57,13 @@ class NodeLossRetries(Callback):
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         run_dir = trainable.trial_run_dir(trial.config, trial.trial_id)
         record = retries.read(run_dir)
-        failure = classify(run_dir, record)
+        marked = preempted_by_ray(trial)
+        failure = classify(run_dir, record, marked)
         record["failures"].append(failure)
         crashes = sum(f["cause"] == CRASH for f in record["failures"])
-        # Set, not decremented: Tune itself leaves a failure on a node drained for preemption uncounted.
-        trial.run_metadata.num_failures = crashes
-        trial.run_metadata.invalidate_cache()
+        if not marked:  # Tune counted it; set, not decremented, as Tune leaves the preempted ones uncounted
+            trial.run_metadata.num_failures = crashes
+            trial.run_metadata.invalidate_cache()
         if failure["cause"] == NODE_LOST:
             log.warning("trial %s lost its node %s: retried from its checkpoint, not counted as a failure",
                         trial.trial_id, failure["node_id"])
@@ -70,16 +73,26 @@ class NodeLossRetries(Callback):
         atomic.write_json(run_dir / retries.RETRIES, record)
 
 
-def classify(run_dir: Path, record: dict[str, Any]) -> dict[str, Any]:
-    """The failed attempt (trial.json's last), its node, and whether that node is gone. An attempt already
-    classified means the retry failed before it recorded itself (on whatever node): a crash."""
+def preempted_by_ray(trial: Any) -> bool:
+    """Whether the trial's last error is Ray's own preemption signal (its actor died on a drained node)."""
+    error = trial.get_pickled_error()
+    if isinstance(error, RayTaskError):
+        error = error.as_instanceof_cause()
+    return isinstance(error, RayActorError) and error.preempted
+
+
+def classify(run_dir: Path, record: dict[str, Any], preempted: bool = False) -> dict[str, Any]:
+    """The failed attempt (trial.json's last), its node, and whether that node is gone (`preempted`: Ray
+    said so). An attempt already classified means the retry failed before it recorded itself (on whatever
+    node): a crash."""
     trial_path = run_dir / files.TRIAL
     attempts = files.read_json(trial_path)["attempts"] if trial_path.is_file() else []
     seen = {failure["attempt"] for failure in record["failures"]}
     if not attempts or len(attempts) in seen:
         return {"attempt": len(attempts), "node_id": None, "cause": CRASH}
     node_id = attempts[-1]["node_id"]
-    return {"attempt": len(attempts), "node_id": node_id, "cause": NODE_LOST if node_gone(node_id) else CRASH}
+    return {"attempt": len(attempts), "node_id": node_id,
+            "cause": NODE_LOST if preempted or node_gone(node_id) else CRASH}
 
 
 def node_gone(node_id: str) -> bool:

@@ -22,7 +22,9 @@ is not uploaded: the storage keeps the last consistent one.
 Each other file is uploaded whole (written locally by rename, read once), many at a time; files removed locally
 (Tune's rotated checkpoints) are removed from the storage. The manifest (what the storage holds) is written after
 the uploads and again after the deletes, and a delete of what is already gone succeeds: a push cut at any point
-(a kill, a storage error) leaves the next one able to finish. A push raises what the storage raised; the driver
+(a kill, a storage error) leaves the next one able to finish. The manifest is a log, each push appending what it
+changed (a line cut short by a kill is ignored: its file is uploaded again), compacted once it is twice what
+it describes; the mirror keeps it in memory, so a push writes what changed, not the whole study. A push raises what the storage raised; the driver
 pushes from its own thread (sptune.tune.engine.mirroring), which retries. Filesystems come from pyarrow
 (`pyarrow.fs.FileSystem.from_uri`); S3 reads the usual AWS settings (credentials, AWS_ENDPOINT_URL for an
 S3-compatible server).
@@ -47,7 +49,8 @@ from sptune.errors import UserError
 log = logging.getLogger("sptune.tune")
 
 STORAGE = files.STORAGE  # {"uri": <this folder's location>, "local": <the path it had>}: mirrored too
-MANIFEST = ".storage-manifest.json"  # what the storage holds, by relative path: [size, mtime_ns]; local only
+MANIFEST = ".storage-manifest.jsonl"  # what the storage holds: lines [relative path, [size, mtime_ns] or null]
+COMPACT_AFTER = 1000  # lines a small manifest's log may grow by before it is rewritten
 LOCAL_ONLY = {MANIFEST, files.DRIVER}  # the driver record names processes of this machine
 TUNE_STATE = "tune-state.tar"  # Tune's experiment state: one object, replaced whole or not at all
 PUSH_SECONDS = float(os.environ.get("SPTUNE_MIRROR_SECONDS", 30))  # between pushes while trials run
@@ -150,6 +153,8 @@ class Mirror:
         self.local, self.uri = Path(local), uri
         self._fs: tuple[Any, str] | None = None  # opened once; again after a failed push (credentials renewed)
         self._tune_digest = ""  # of the Tune snapshot the storage holds, when this mirror uploaded it
+        self._held: dict[str, list[int]] | None = None  # the manifest: read once, then kept with the log
+        self._logged = 0  # lines in the manifest's log
 
     def push(self) -> int:
         """Upload what changed since the last push, delete what is gone; returns the files uploaded. Raises
@@ -163,20 +168,58 @@ class Mirror:
             raise
 
     def _push(self, fs: Any, root: str) -> int:
-        manifest_path = self.local / MANIFEST
-        manifest = files.read_json(manifest_path) if manifest_path.is_file() else {}
+        held = self._manifest()
         tune_state = self._tune_state()  # read first, uploaded last
         now = self._files()
-        changed = [rel for rel, stamp in now.items() if manifest.get(rel) != stamp]
+        changed = [rel for rel, stamp in now.items() if held.get(rel) != stamp]
         uploaded = self._upload_all(fs, root, changed, now)
-        if uploaded:
-            manifest.update(uploaded)
-            atomic.write_json(manifest_path, manifest)  # before the deletes: a cut push keeps what it uploaded
-        gone = sorted(set(manifest) - set(now))
+        self._record(uploaded)  # before the deletes: a cut push keeps what it uploaded
+        gone = sorted(set(held) - set(now))
         self._delete_all(fs, root, gone)
-        if gone:
-            atomic.write_json(manifest_path, {rel: stamp for rel, stamp in manifest.items() if rel in now})
+        self._record(dict.fromkeys(gone))
         return len(uploaded) + self._push_tune_state(fs, root, tune_state)
+
+    def _manifest(self) -> dict[str, list[int]]:
+        """What the storage holds, replayed from the manifest's log on the first push."""
+        if self._held is None:
+            self._held, self._logged = {}, 0
+            path = self.local / MANIFEST
+            text = path.read_text() if path.is_file() else ""
+            for line in text.splitlines():
+                try:
+                    relative, stamp = json.loads(line)
+                except ValueError:  # cut short by a kill: that file is uploaded again
+                    continue
+                self._logged += 1
+                if stamp is None:
+                    self._held.pop(relative, None)
+                else:
+                    self._held[relative] = stamp
+            if text and not text.endswith("\n"):
+                self._write_manifest()  # a cut line at the end: the next append must not run into it
+        return self._held
+
+    def _write_manifest(self) -> None:
+        lines = (json.dumps([relative, stamp]) + "\n" for relative, stamp in self._held.items())
+        atomic.write_text(self.local / MANIFEST, "".join(lines))
+        self._logged = len(self._held)
+
+    def _record(self, changes: dict[str, list[int] | None]) -> None:
+        """Append `changes` ({relative: stamp, or None for deleted}) to the manifest; compact a log grown to
+        twice what it describes."""
+        if not changes:
+            return
+        for relative, stamp in changes.items():
+            if stamp is None:
+                self._held.pop(relative, None)
+            else:
+                self._held[relative] = stamp
+        self._logged += len(changes)
+        if self._logged > 2 * len(self._held) + COMPACT_AFTER:
+            self._write_manifest()
+            return
+        with open(self.local / MANIFEST, "a") as log_file:
+            log_file.write("".join(json.dumps([relative, stamp]) + "\n" for relative, stamp in changes.items()))
 
     def _upload_all(self, fs: Any, root: str, relatives: list[str], stamps: dict[str, list[int]]
                     ) -> dict[str, list[int]]:
