@@ -6,10 +6,13 @@
 
 The tree has, per finished trial, the files a trial of `sptune study` leaves (sizes of a small model's:
 trial.json, result.json, progress.json, a 64 KB checkpoint, TensorBoard events, a log, and Tune's
-params/result/progress files), and Tune's experiment state at 17.8 KB a trial. The first push uploads it all
-(not timed); then, at each size, CHANGING trials report (their progress, checkpoint, events and log
-rewritten) and one push is timed, with the S3 requests it made counted at the server. The last line reads
-`push at N trials: S s, R requests`. The server is moto's, in this process, on 127.0.0.1 (tests/s3_server.py).
+params/result/progress files), and Tune's experiment state at 17.8 KB a trial. A whole push uploads it all
+(not timed) and the driver's periodic pushes run, CHANGING trials reporting (their progress, checkpoint,
+events and log rewritten) before each, until every other folder is quiet (storage.QUIET_ROUNDS, not timed);
+then, at each size, the trials report once more and one periodic push is timed, with the S3 requests it made counted at the server, then the same change and a
+whole push (the driver's last; it takes Tune's snapshot too). The last line reads
+`push at N trials: S s, R requests` (the periodic push). The server is moto's, in this process, on 127.0.0.1
+(tests/s3_server.py), so its request handling shares this process's CPU.
 """
 
 from __future__ import annotations
@@ -51,10 +54,16 @@ def write_tune_state(root: Path, trials: int) -> None:
     (state / "experiment_state.json").write_text('{"trials": "' + "x" * (TUNE_STATE_PER_TRIAL * trials) + '"}')
 
 
-def timed_push(mirror: storage.Mirror, server: S3Server) -> tuple[float, int, int]:
+def timed_push(mirror: storage.Mirror, server: S3Server, whole: bool) -> tuple[float, int, int]:
     before, start = server.requests, time.perf_counter()
-    uploaded = mirror.push()
+    uploaded = mirror.push(whole)
     return time.perf_counter() - start, server.requests - before, uploaded
+
+
+def report(root: Path, size: int, changing: int, salt: bytes) -> None:
+    for index in range(size - changing, size):  # trials still reporting
+        write_trial(root, index, salt=salt)
+    write_tune_state(root, size)
 
 
 def main() -> None:
@@ -73,19 +82,23 @@ def main() -> None:
         root.mkdir()
         uri = storage.attach(root, "s3://studies/bench")
         mirror = storage.mirror_of(root)
-        print(f"{'trials':>7} {'files':>8} {'push s':>7} {'requests':>9} {'uploaded':>9}")
+        print(f"{'trials':>7} {'files':>8} {'push s':>7} {'requests':>9} {'uploaded':>9} {'whole s':>8} {'uploaded':>9}")
         for size in sorted(args.trials):
             for index in range(made, size):
                 write_trial(root, index)
             made = size
             write_tune_state(root, size)
             mirror.push()  # everything so far reaches the storage (untimed)
-            for index in range(size - changing, size):  # trials still reporting
-                write_trial(root, index, salt=b"again")
-            write_tune_state(root, size)
-            seconds, requests, uploaded = timed_push(mirror, server)
-            files = sum(1 for _ in storage._walk(root, ""))
-            print(f"{size:>7} {files:>8} {seconds:>7.2f} {requests:>9} {uploaded:>9}", flush=True)
+            for round_ in range(storage.QUIET_ROUNDS + 1):
+                report(root, size, changing, b"%d" % round_)
+                mirror.push(whole=False)
+            report(root, size, changing, b"again")
+            seconds, requests, uploaded = timed_push(mirror, server, whole=False)
+            report(root, size, changing, b"once more")
+            whole_seconds, _, whole_uploaded = timed_push(mirror, server, whole=True)
+            files = sum(1 for path in root.rglob("*") if path.is_file())
+            print(f"{size:>7} {files:>8} {seconds:>7.2f} {requests:>9} {uploaded:>9} {whole_seconds:>8.2f} "
+                  f"{whole_uploaded:>9}", flush=True)
         print(f"(storage {uri}, {changing} trials changing a push)")
         print(f"push at {size} trials: {seconds:.2f} s, {requests} requests")
     server.stop()

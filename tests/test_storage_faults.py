@@ -20,6 +20,7 @@ import pytest
 from s3_server import S3Server
 from s3_server import held as remote
 
+from sptune.errors import UserError
 from sptune.tune.engine import interrupts, mirroring, stopping
 from sptune.tune.records import storage
 
@@ -124,6 +125,19 @@ def recover(s3, kind):
         s3.start()
     else:
         s3.fail(None)
+
+
+@pytest.mark.parametrize("kind", ["unavailable", "credentials"])
+def test_a_storage_failing_at_the_first_upload_is_one_line_and_keeps_the_folder(tmp_path, s3, kind, monkeypatch):
+    folder = study_folder(tmp_path)
+    push = storage.Mirror.push
+    monkeypatch.setattr(storage.Mirror, "push", lambda self, *args: s3.fail(kind) or push(self, *args))
+    with pytest.raises(UserError, match=r"the first upload to s3://studies/x/study failed \(.+\); .* `sptune resume "):
+        storage.attach(folder, "s3://studies/x")
+    s3.fail(None)
+    monkeypatch.setattr(storage.Mirror, "push", push)
+    assert storage.mirror_of(folder).push() > 0  # what a resume's mirror does: the storage gets the folder
+    assert set(remote("s3://studies/x/study")) >= {"storage.json"}
 
 
 @pytest.mark.parametrize("kind", ["unavailable", "credentials", "stopped"])

@@ -20,6 +20,7 @@ import time
 import pytest
 import yaml
 from ray_fixtures import sptune_env
+from s3_server import S3Server
 from s3_server import held as remote_files
 
 from sptune import files
@@ -40,22 +41,31 @@ COMPARED = ("stage", "optim.lr", "status", "steps", "best_step", "best_val", "be
 
 
 @pytest.fixture
-def s3():
-    """An S3 server on 127.0.0.1 with one bucket; the environment that points AWS clients at it."""
-    import boto3
-    import requests
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_ENDPOINT_URL": f"http://{host}:{port}", "SPTUNE_MIRROR_SECONDS": "1"}
-    requests.post(f"{env['AWS_ENDPOINT_URL']}/moto-api/reset", timeout=30)  # moto's state is per process
-    boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id="test", aws_secret_access_key="test",
-                 region_name="us-east-1").create_bucket(Bucket="studies")
-    yield env
+def s3_server():
+    """An S3 server on 127.0.0.1 with one bucket (tests/s3_server.py: it can fail and restart)."""
+    server = S3Server().start()
+    server.reset()
+    yield server
+    server.fail(None)
     server.stop()
+
+
+@pytest.fixture
+def s3(s3_server):
+    """The environment that points AWS clients at the test's S3 server; the mirror pushes every second."""
+    return {**s3_server.env, "SPTUNE_MIRROR_SECONDS": "1"}
+
+
+def outage(server, seconds=2.0):
+    """The storage down (connections refused, the server stopped and started on its port), then failing its
+    credentials (403), then throttling (503), each for `seconds`."""
+    server.stop()
+    time.sleep(seconds)
+    server.start()
+    for fault in ("credentials", "unavailable"):
+        server.fail(fault)
+        time.sleep(seconds)
+    server.fail(None)
 
 
 def sptune(env, *args):
@@ -106,9 +116,9 @@ def wait_for_midway(study_dir, proc, env, uri, timeout=300):
     raise AssertionError("the storage never held a finished trial beside a checkpointed, unfinished pretraining")
 
 
-@pytest.mark.slow  # ~45 s: a study killed mid-way, its resume from the storage
+@pytest.mark.slow  # ~50 s: a study through a storage outage, killed mid-way, its resume from the storage
 def test_a_study_resumed_from_s3_after_its_head_is_gone_keeps_its_trials_and_continues_the_others(
-        tmp_path, s3, monkeypatch):
+        tmp_path, s3_server, s3, monkeypatch):
     config, space = tmp_path / "config.yaml", tmp_path / "space.yaml"
     config.write_text(yaml.safe_dump(CONFIG))
     space.write_text(yaml.safe_dump(SPACE))
@@ -117,7 +127,13 @@ def test_a_study_resumed_from_s3_after_its_head_is_gone_keeps_its_trials_and_con
     tag = session.ray_tag(study_dir)
     driver = sptune(s3, "study", config, "--search-space", space, "--dir", study_dir, "--storage", uri, "--quiet")
     try:
+        deadline = time.monotonic() + 120
+        while not (study_dir / files.DRIVER).is_file() and time.monotonic() < deadline:  # attached, Ray starting
+            time.sleep(0.1)
+        outage(s3_server)  # while Ray starts and the first trials run: the study goes on, its pushes retried
         pretraining = wait_for_midway(study_dir, driver, s3, f"{uri}/study")
+        log = (study_dir / files.STUDY_LOG).read_text()
+        assert "failed (" in log and "takes pushes again" in log, log[-3000:]
         os.killpg(driver.pid, signal.SIGKILL)  # the head is lost: driver, Ray and trials at once
         driver.wait(timeout=60)
         session.stop_processes(session.ray_processes(tag))
@@ -204,6 +220,58 @@ def test_the_manifest_is_a_log_of_each_push_s_changes_read_back_by_a_new_mirror(
         sizes.append(len(log_path.read_text().splitlines()))
     assert max(sizes) <= 2 * 5 + 1 and 5 in sizes
     assert storage.mirror_of(folder)._manifest() == again._manifest()
+
+
+def test_periodic_pushes_reread_a_quiet_folder_in_turn_and_a_changed_one_at_once(tmp_path, aws, monkeypatch):
+    folder = tmp_path / "study"
+    for trial in range(4):
+        (folder / "runs" / f"t{trial}").mkdir(parents=True)
+        (folder / "runs" / f"t{trial}" / "events").write_bytes(b"1")
+    uri = storage.attach(folder, "s3://studies/quiet")
+    mirror = storage.mirror_of(folder)
+    reads = []
+    read_folder = storage._read_folder
+    monkeypatch.setattr(storage, "_read_folder", lambda root, rel, *args: reads.append(rel) or read_folder(root, rel, *args))
+    for _ in range(storage.QUIET_ROUNDS + 1):  # every folder read unchanged QUIET_ROUNDS times: quiet
+        mirror.push(whole=False)
+    reads.clear()
+    for _ in range(storage.QUIET_ROUNDS):
+        mirror.push(whole=False)
+    assert sorted(reads) == sorted(["", "runs"] + [f"runs/t{t}" for t in range(4)])  # each once in as many pushes
+
+    # Appended in place (the folder's mtime unchanged): uploaded within QUIET_ROUNDS periodic pushes.
+    with open(folder / "runs" / "t0" / "events", "ab") as events:
+        events.write(b"2")
+    pushes = next(n for n in range(1, storage.QUIET_ROUNDS + 1) if mirror.push(whole=False))
+    assert remote_files(uri)["runs/t0/events"] == b"12" and pushes <= storage.QUIET_ROUNDS
+    # Renamed over (the folder's mtime changes): the next periodic push has it.
+    (folder / "runs" / "t1" / "new").write_bytes(b"x")
+    os.replace(folder / "runs" / "t1" / "new", folder / "runs" / "t1" / "events")
+    assert mirror.push(whole=False) == 1 and remote_files(uri)["runs/t1/events"] == b"x"
+    # A whole push reads every folder.
+    reads.clear()
+    with open(folder / "runs" / "t2" / "events", "ab") as events:
+        events.write(b"2")
+    assert mirror.push() == 1 and len(reads) == 6
+
+
+def test_periodic_pushes_take_tunes_snapshot_when_its_share_of_the_time_allows(tmp_path, aws, monkeypatch):
+    folder = tmp_path / "study"
+    (folder / "tune" / "run").mkdir(parents=True)
+    state = folder / "tune" / "run" / "experiment_state.json"
+    state.write_text('"1"')
+    uri = storage.attach(folder, "s3://studies/share")
+    mirror = storage.mirror_of(folder)
+    clock = [1000.0]
+    monkeypatch.setattr(storage.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(storage.time, "sleep", lambda seconds: clock.__setitem__(0, clock[0] + seconds))
+    assert mirror.push(whole=False) == 1  # due: the first; its two agreeing reads took 0.01 s of the clock
+    state.write_text('"2"')
+    assert mirror.push(whole=False) == 0  # 0.01 s is 5% of 0.2 s: not due yet
+    clock[0] += 0.2
+    assert mirror.push(whole=False) == 1 and remote_files(uri)["tune/run/experiment_state.json"] == b'"2"'
+    state.write_text('"3"')
+    assert mirror.push() == 1  # a whole push takes it whatever the time
 
 
 def test_tune_state_is_uploaded_as_it_was_before_the_run_directories(tmp_path, aws, monkeypatch):

@@ -61,15 +61,15 @@ class Uploader:
         self._wake.set()
         self._thread.join()
         for attempt in range(LAST_PUSH_ATTEMPTS):
-            if self.push_once():
+            if self.push_once(whole=True):
                 return ""
             time.sleep(FIRST_RETRY_SECONDS * 2 ** attempt)
         return self.error
 
-    def push_once(self) -> bool:
-        """One push; a failure is recorded and logged, never raised."""
+    def push_once(self, whole: bool = False) -> bool:
+        """One push (periodic unless `whole`: storage.Mirror.push); a failure is recorded and logged, never raised."""
         try:
-            self.mirror.push()
+            self.mirror.push(whole)
         except Exception as exc:  # noqa: BLE001 - any storage error: the study goes on without the storage
             self._failed(storage.describe(exc))
             return False

@@ -24,10 +24,17 @@ Each other file is uploaded whole (written locally by rename, read once), many a
 the uploads and again after the deletes, and a delete of what is already gone succeeds: a push cut at any point
 (a kill, a storage error) leaves the next one able to finish. The manifest is a log, each push appending what it
 changed (a line cut short by a kill is ignored: its file is uploaded again), compacted once it is twice what
-it describes; the mirror keeps it in memory, so a push writes what changed, not the whole study. A push raises what the storage raised; the driver
-pushes from its own thread (sptune.tune.engine.mirroring), which retries. Filesystems come from pyarrow
-(`pyarrow.fs.FileSystem.from_uri`); S3 reads the usual AWS settings (credentials, AWS_ENDPOINT_URL for an
-S3-compatible server).
+it describes; the mirror keeps it in memory, so a push writes what changed, not the whole study.
+
+The cost of a push, as a study grows (benchmarks/storage_scale.py): the driver's periodic pushes
+(`whole=False`) re-read a folder only when its mtime changed (a file added, renamed over or removed) or it changed
+at one of its last QUIET_ROUNDS reads; a quiet folder is re-read one push in QUIET_ROUNDS, so a file appended in
+place there (a log, TensorBoard events) reaches the storage within QUIET_ROUNDS pushes. Tune's snapshot, which
+grows with the trials, goes when TUNE_STATE_SHARE of the time since the last one covers what that one took (Tune's
+own rule for its snapshots: at most 5% of the run). Any other push (attach, the driver's last) is whole.
+A push raises what the storage raised; the driver pushes from its own thread (sptune.tune.engine.mirroring), which
+retries. Filesystems come from pyarrow (`pyarrow.fs.FileSystem.from_uri`); S3 reads the usual AWS settings
+(credentials, AWS_ENDPOINT_URL for an S3-compatible server).
 """
 
 from __future__ import annotations
@@ -40,8 +47,9 @@ import os
 import tarfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from sptune import atomic, files
 from sptune.errors import UserError
@@ -54,6 +62,8 @@ COMPACT_AFTER = 1000  # lines a small manifest's log may grow by before it is re
 LOCAL_ONLY = {MANIFEST, files.DRIVER}  # the driver record names processes of this machine
 TUNE_STATE = "tune-state.tar"  # Tune's experiment state: one object, replaced whole or not at all
 PUSH_SECONDS = float(os.environ.get("SPTUNE_MIRROR_SECONDS", 30))  # between pushes while trials run
+QUIET_ROUNDS = 10  # periodic pushes a folder must read unchanged before it is re-read only one push in as many
+TUNE_STATE_SHARE = 0.05  # of the time between periodic pushes of Tune's snapshot that uploading it may take
 UPLOADS_AT_ONCE = 16  # S3 answers each request in tens of ms: uploads overlap their round trips
 SCHEMES = ("s3://", "gs://", "gcs://")
 
@@ -95,7 +105,11 @@ def attach(results_dir: Path, prefix: str) -> str:
     if _listing(fs, path):
         raise UserError(f"{uri} already holds files; resume it with `sptune resume {uri}` or pass another --dir")
     atomic.write_json(results_dir / STORAGE, {"uri": uri, "local": str(results_dir.resolve())})
-    Mirror(results_dir, uri).push()
+    try:
+        Mirror(results_dir, uri).push()
+    except Exception as exc:  # noqa: BLE001 - any storage error: the folder is kept, a resume pushes it
+        raise UserError(f"the first upload to {uri} failed ({describe(exc)}); {results_dir} is kept: continue "
+                        f"with `sptune resume {results_dir}` once the storage answers") from exc
     return uri
 
 
@@ -155,29 +169,42 @@ class Mirror:
         self._tune_digest = ""  # of the Tune snapshot the storage holds, when this mirror uploaded it
         self._held: dict[str, list[int]] | None = None  # the manifest: read once, then kept with the log
         self._logged = 0  # lines in the manifest's log
+        self._folders: dict[str, _Folder] = {}  # by relative path ('' the root): what the last read found
+        self._rounds = 0  # periodic pushes so far
+        self._tune_due = 0.0  # time.monotonic() from which a periodic push takes Tune's snapshot again
 
-    def push(self) -> int:
+    def push(self, whole: bool = True) -> int:
         """Upload what changed since the last push, delete what is gone; returns the files uploaded. Raises
-        what the storage raised (nothing is lost: the next push starts from what the storage is known to hold)."""
+        what the storage raised (nothing is lost: the next push starts from what the storage is known to hold).
+        `whole=False`: a periodic push (quiet folders and Tune's snapshot in turn: the module docstring)."""
         if self._fs is None:
             self._fs = filesystem(self.uri)
         try:
-            return self._push(*self._fs)
+            return self._push(*self._fs, whole)
         except BaseException:
             self._fs = None
             raise
 
-    def _push(self, fs: Any, root: str) -> int:
+    def _push(self, fs: Any, root: str, whole: bool) -> int:
         held = self._manifest()
-        tune_state = self._tune_state()  # read first, uploaded last
-        now = self._files()
+        started = time.monotonic()
+        tune_due = whole or started >= self._tune_due
+        tune_state = self._tune_state() if tune_due else None  # read first, uploaded last
+        tune_seconds = time.monotonic() - started
+        now = self._files(whole)
         changed = [rel for rel, stamp in now.items() if held.get(rel) != stamp]
         uploaded = self._upload_all(fs, root, changed, now)
         self._record(uploaded)  # before the deletes: a cut push keeps what it uploaded
         gone = sorted(set(held) - set(now))
         self._delete_all(fs, root, gone)
         self._record(dict.fromkeys(gone))
-        return len(uploaded) + self._push_tune_state(fs, root, tune_state)
+        if not tune_due:
+            return len(uploaded)
+        started = time.monotonic()
+        uploaded_state = self._push_tune_state(fs, root, tune_state)
+        tune_seconds += time.monotonic() - started
+        self._tune_due = time.monotonic() + tune_seconds / TUNE_STATE_SHARE
+        return len(uploaded) + uploaded_state
 
     def _manifest(self) -> dict[str, list[int]]:
         """What the storage holds, replayed from the manifest's log on the first push."""
@@ -253,10 +280,29 @@ class Mirror:
         self._tune_digest = digest
         return 1
 
-    def _files(self) -> dict[str, list[int]]:
+    def _files(self, whole: bool = True) -> dict[str, list[int]]:
         """{relative path: stamp} of every file mirrored one by one (Tune's state travels in TUNE_STATE)."""
-        return {relative: stamp for relative, stamp in _walk(self.local, "")
+        if not whole:
+            self._rounds += 1
+        found: dict[str, list[int]] = {}
+        self._scan("", whole, found)
+        return {relative: stamp for relative, stamp in found.items()
                 if relative not in LOCAL_ONLY and not _is_tune_state(relative)}
+
+    def _scan(self, relative: str, whole: bool, found: dict[str, list[int]]) -> None:
+        """Add the files under folder `relative` to `found`, from the last read where it is quiet and unchanged."""
+        try:
+            mtime = os.stat(self.local / relative).st_mtime_ns
+        except FileNotFoundError:  # removed while scanned (a temporary checkpoint folder)
+            self._folders.pop(relative, None)
+            return
+        last = self._folders.get(relative)
+        if whole or last is None or last.mtime != mtime or not last.skippable(self._rounds):
+            self._folders[relative] = last = _read_folder(self.local, relative, mtime, last)
+        prefix = f"{relative}/" if relative else ""
+        found.update((prefix + name, stamp) for name, stamp in last.files.items())
+        for name in last.folders:
+            self._scan(prefix + name, whole, found)
 
     def _tune_state(self, attempts: int = 20) -> dict[str, bytes] | None:
         """The bytes of Tune's experiment state now, once two reads in a row agree and every JSON file parses;
@@ -292,22 +338,39 @@ class Mirror:
 
 
 # ----------------------------------------------------------------------------- the folder's files
-def _walk(folder: Path, prefix: str) -> Iterator[tuple[str, list[int]]]:
-    """(relative path, [size, mtime_ns]) of every regular file under folder: os.scandir, one stat a file."""
+@dataclass
+class _Folder:
+    """One folder as last read: its mtime, its files' stamps, its subfolders, and how many reads in a row found
+    it unchanged."""
+    mtime: int
+    files: dict[str, list[int]]
+    folders: list[str]
+    quiet: int = 0
+
+    def skippable(self, rounds: int) -> bool:
+        """Quiet long enough to be re-read only one periodic push in QUIET_ROUNDS (which one: by its mtime)."""
+        return self.quiet >= QUIET_ROUNDS and (rounds + self.mtime) % QUIET_ROUNDS != 0
+
+
+def _read_folder(root: Path, relative: str, mtime: int, last: _Folder | None) -> _Folder:
+    """os.scandir, one stat a file."""
+    files_now: dict[str, list[int]] = {}
+    folders: list[str] = []
     try:
-        entries = list(os.scandir(folder))
-    except FileNotFoundError:  # removed while walked (a temporary checkpoint folder)
-        return
+        entries = list(os.scandir(root / relative))
+    except FileNotFoundError:
+        entries = []
     for entry in entries:
-        relative = f"{prefix}{entry.name}"
         try:
             if entry.is_dir(follow_symlinks=False):
-                yield from _walk(Path(entry.path), relative + "/")
+                folders.append(entry.name)
             elif entry.is_file(follow_symlinks=False):
                 stat = entry.stat(follow_symlinks=False)
-                yield relative, [stat.st_size, stat.st_mtime_ns]
+                files_now[entry.name] = [stat.st_size, stat.st_mtime_ns]
         except FileNotFoundError:
             continue
+    same = last is not None and last.mtime == mtime and last.files == files_now
+    return _Folder(mtime, files_now, folders, last.quiet + 1 if same else 0)
 
 
 def _is_tune_state(relative: str) -> bool:
