@@ -9,7 +9,15 @@ import ray.cloudpickle as cloudpickle
 from sptune.tune.engine import stopping
 
 
-def test_the_stop_callback_raises_once_its_run_is_stopping_where_tune_catches_no_sigusr1(tmp_path):
+@pytest.fixture
+def no_sigusr1_handler():
+    """SIGUSR1 at its default, as before any tune.run (each tune.run installs its handler and leaves it)."""
+    previous = signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGUSR1, previous)
+
+
+def test_the_stop_callback_raises_once_its_run_is_stopping_where_tune_catches_no_sigusr1(tmp_path, no_sigusr1_handler):
     key = stopping.key(tmp_path, "experiment")
     callback = stopping.StopAtStepBoundary(key)
     callback.on_step_begin(iteration=0, trials=[])  # nothing registered: runs on
@@ -31,7 +39,7 @@ def test_the_stop_callback_raises_once_its_run_is_stopping_where_tune_catches_no
         stopping.unregister(key)
 
 
-def test_a_time_budget_stops_the_run_at_the_first_step_past_its_deadline(tmp_path):
+def test_a_time_budget_stops_the_run_at_the_first_step_past_its_deadline(tmp_path, no_sigusr1_handler):
     key = stopping.key(tmp_path, "experiment")
     callback = stopping.StopAtStepBoundary(key)
     stop = stopping.register(key, time_budget_s=1e-9)
