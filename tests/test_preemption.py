@@ -97,6 +97,7 @@ def test_tune_retries_node_losses_without_limit_and_crashes_max_failures_times(t
     assert fail("live", "RuntimeError: second")
     record = files.read_json(run_dir / retries.RETRIES)
     assert [f["cause"] for f in record["failures"]] == ["node lost"] * 4 + ["crash"] + ["node lost"] * 2 + ["crash"]
+    assert [f.get("preempted", False) for f in record["failures"]] == [False] * 5 + [True] + [False] * 2
     assert record["spent"] == "crashed 2 times, more than --max-failures 1; the last: RuntimeError: second"
 
     # The spent trial's retry fails at once, so Tune ends it (its count passes Tune's limit); the mark is

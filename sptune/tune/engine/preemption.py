@@ -91,8 +91,9 @@ def classify(run_dir: Path, record: dict[str, Any], preempted: bool = False) -> 
     if not attempts or len(attempts) in seen:
         return {"attempt": len(attempts), "node_id": None, "cause": CRASH}
     node_id = attempts[-1]["node_id"]
-    return {"attempt": len(attempts), "node_id": node_id,
-            "cause": NODE_LOST if preempted or node_gone(node_id) else CRASH}
+    if preempted:
+        return {"attempt": len(attempts), "node_id": node_id, "cause": NODE_LOST, "preempted": True}
+    return {"attempt": len(attempts), "node_id": node_id, "cause": NODE_LOST if node_gone(node_id) else CRASH}
 
 
 def node_gone(node_id: str) -> bool:

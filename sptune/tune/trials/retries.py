@@ -11,7 +11,8 @@ from typing import Any, Callable
 from sptune import atomic, files
 from sptune.tune.trials.trainable import trial_run_dir
 
-RETRIES = "retries.json"  # {"failures": [{"attempt", "node_id", "cause"}], "spent": error or absent}
+# {"failures": [{"attempt", "node_id", "cause", "preempted" where Ray marked it}], "spent": error or absent}
+RETRIES = "retries.json"
 
 
 class RetriesSpent(RuntimeError):
