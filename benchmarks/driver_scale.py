@@ -37,16 +37,16 @@ sys.path.insert(0, str(HERE))
 from reporting_trial import reporting_stage  # noqa: E402
 
 from sptune import files  # noqa: E402
-from sptune.tune.records import studies, results
-from sptune.tune import spaces  # noqa: E402
-from sptune.tune.options import Options  # noqa: E402
-from sptune.tune.engine import driver
+from sptune.records import studies, results
+from sptune.search import spaces  # noqa: E402
+from sptune.search.options import Options  # noqa: E402
+from sptune.experiment.engine import driver
 
 TINY = ["task.name=listops-mini", "model.name=transformer", "model.d_model=16", "model.n_layers=1",
         "model.n_heads=2", "model.d_ff=16", "optim.max_steps=8", "optim.eval_every=4"]
 # The study's resume in a subprocess: the same reporting trials, on a local Ray of its own unless given an address.
 RESUME = ("import sys; sys.path.insert(0, sys.argv[2]); from reporting_trial import reporting_stage; "
-          "from sptune.tune.engine import driver; "
+          "from sptune.experiment.engine import driver; "
           "driver.run_study(sys.argv[1], address=sys.argv[3] or None, verbose=0, trainable=reporting_stage)")
 
 
@@ -156,8 +156,8 @@ def resume_figure(tmp: Path, trials: int, slots: int, address: str = "") -> None
 
 
 def experiment_figure(tmp: Path, cells: int, slots: int) -> None:
-    from sptune.experiments.plan import Cell, Plan
-    from sptune.experiments.run import run_experiment
+    from sptune.experiment.plan import Cell, Plan
+    from sptune.experiment.backends import run_experiment
 
     space = {stage: {"params": {"optim.lr": [1e-3]}, "points": []} for stage in ("pretrain", "finetune", "scratch")}
     plan = Plan(experiment="scale", title="scale", axis="-", nuisance="-", fixed="-", layout={"kind": "grid"},

@@ -1,4 +1,4 @@
-"""How well an experiment fills a cluster: one Tune run for all cells (sptune.tune.engine.driver) vs the
+"""How well an experiment fills a cluster: one Tune run for all cells (sptune.experiment.engine.driver) vs the
 old loop, one cell after another.
 
     python benchmarks/experiment_utilization.py                  # 12 cells, 8 slots, 8 s trials
@@ -38,9 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reporting_trial import busy_spans, reporting_stage  # noqa: E402
 
 from sptune import files  # noqa: E402
-from sptune.experiments.plan import Cell, Plan  # noqa: E402
-from sptune.experiments.run import run_experiment  # noqa: E402
-from sptune.tune.options import Options  # noqa: E402
+from sptune.experiment.plan import Cell, Plan  # noqa: E402
+from sptune.experiment.backends import run_experiment  # noqa: E402
+from sptune.search.options import Options  # noqa: E402
 
 TINY = ["task.name=listops-mini", "model.name=transformer", "model.d_model=16", "model.n_layers=1",
         "model.n_heads=2", "model.d_ff=16", "optim.max_steps=8", "optim.eval_every=4"]
@@ -91,7 +91,7 @@ def import_cpu_seconds() -> float:
     """CPU seconds a fresh process takes to import what a trial actor imports before its trial starts
     (the engine's trainable: torch, Ray Tune, sptune)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([sys.executable, "-c", "import sptune.tune.engine.driver"], check=True)
+    subprocess.run([sys.executable, "-c", "import sptune.experiment.engine.driver"], check=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 

@@ -15,10 +15,10 @@ The checks, each a line `check  figure  target  verdict`:
     s4           S4 (DPLR) and S4D layer time / the S4 repository's S4Block's on this GPU (H 256, N 64, batch 16,
                  bidirectional, forward + backward; benchmarks/ssm_kernels.py) at L 1K / 4K / 16K: <= 0.6; needs a
                  state-spaces/s4 checkout (--reference-repo or $S4_REFERENCE_REPO)
-    plan         `sptune plan`'s device-seconds for one trial on this node (sptune.budget) / the trial's measured
+    plan         `sptune plan`'s device-seconds for one trial on this node (sptune.experiment.budget) / the trial's measured
                  train + eval seconds: 0.67-1.5
     packing      16 trials on one GPU, each process capped as --trials-per-gpu 16 caps it
-                 (sptune.tune.trials.resources): slot utilisation (the trials' train + eval seconds / 16 slots x
+                 (sptune.trials.resources): slot utilisation (the trials' train + eval seconds / 16 slots x
                  wall, from the moment every slot's process is up, as Ray's reused actors are) >= 85%, no
                  out-of-memory; and the CUDA context a process holds, measured, within the one the cap counts.
                  The slots are plain processes: Ray's own scheduling is benchmarks/experiment_utilization.py's.
@@ -50,7 +50,9 @@ sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "benchmarks")]  # as 
 
 from reproducibility import FLOOR_MULTIPLE, gap  # noqa: E402
 
-from sptune import budget, config, plugins, runs, train  # noqa: E402
+from sptune.experiment import budget
+from sptune import config, plugins
+from sptune.run import runs, train  # noqa: E402
 from sptune.tasks.base import Task  # noqa: E402
 
 TEST_FILES = ["test_train.py", "test_train_device.py", "test_reproducibility.py", "test_packing.py",
@@ -239,8 +241,8 @@ def length_task(L: int) -> str:
 
 def trainer_step(cfg: config.Config, seconds: float) -> tuple[float, float]:
     """(FLOP/s, the warm-up step's seconds) of the trainer's training step at the config's batch size
-    (sptune.budget.time_steps: prefetched batches, autocast, AdamW), compiled as run.compile says."""
-    from sptune.train_setup import pick_device, wrap_model
+    (sptune.experiment.budget.time_steps: prefetched batches, autocast, AdamW), compiled as run.compile says."""
+    from sptune.run.train_setup import pick_device, wrap_model
 
     cfg, fp = runs.identify(cfg, "scratch")
     device = pick_device(cfg.run.device, 0)
@@ -356,7 +358,7 @@ def check_packing(scale: Scale, tmp: Path) -> list[Row]:
 
 def context_rows(tmp: Path) -> list[Row]:
     """The CUDA context of a process that has trained a step, measured beside the one the cap counts."""
-    from sptune.tune.trials.resources import CONTEXT_BYTES
+    from sptune.trials.resources import CONTEXT_BYTES
 
     counted = f"<= {CONTEXT_BYTES / 2**30:.2f} GiB (counted by the cap)"
     if not on_gpu():
@@ -379,7 +381,7 @@ def packed_config(tmp: Path, index: int, seed: int, quick: bool) -> config.Confi
 def slot(tmp: Path, index: int, slots: int, trials: int, quick: bool) -> None:
     """One packed slot: up, then (on the go) its trials, each as a trial on 1/slots of the GPU starts
     (resources.start_gpu_trial) and classified as its out-of-memory would be; one JSON line per trial."""
-    from sptune.tune.trials import resources
+    from sptune.trials import resources
 
     torch.set_num_threads(1)
     if on_gpu():

@@ -5,16 +5,16 @@
                                                        # its figures mean nothing
 
 Every interval sptune prints, each through sptune's own function (none is re-implemented here):
-  paired gain      sptune.stats.paired_t: the Student-t interval of the mean SPT - scratch gain over seeds (the
+  paired gain      sptune.report.stats.paired_t: the Student-t interval of the mean SPT - scratch gain over seeds (the
                    seeds table of `sptune compare/study --seeds` and `sptune report`, the `gain` columns of an
                    experiment report, the architecture experiment's gains)
-  data multiplier  sptune.multiplier.multipliers: how much more labelled data scratch needs to match SPT (the
+  data multiplier  sptune.report.multiplier.multipliers: how much more labelled data scratch needs to match SPT (the
                    `data ×` column of the data-fractions report)
-  test-set gain    sptune.stats.paired_with_test_sampling: the mean gain's interval when the test examples are a
+  test-set gain    sptune.report.stats.paired_with_test_sampling: the mean gain's interval when the test examples are a
                    sample too (`; with test-set sampling` in the architecture experiment's report)
-  gains together   sptune.stats.simultaneous: a table's gains read together, intervals that ALL cover at once (the
+  gains together   sptune.report.stats.simultaneous: a table's gains read together, intervals that ALL cover at once (the
                    correction line under each gains table of an experiment report, e.g. data_fractions' four)
-  endpoints        the architecture experiment's lines (sptune.experiments.architectures, the endpoints of `sptune
+  endpoints        the architecture experiment's lines (sptune.report.architectures, the endpoints of `sptune
                    power` and the group-sequential looks): each SPT gain, the gap S4D - Transformer under scratch and
                    under SPT, and the gap change (S4D SPT - T SPT) - (S4D scratch - T scratch), the main job's primary
                    endpoint; each with its seed interval (stats.paired_t on the per-seed values) and its interval
@@ -88,7 +88,7 @@ from typing import Callable
 
 import numpy as np
 
-from sptune import multiplier, stats
+from sptune.report import multiplier, stats
 
 LEVEL = 0.95
 TARGET = 0.93
@@ -189,7 +189,7 @@ class Curves:
         return out
 
     def records(self, n: int, rng: np.random.Generator) -> list[tuple[float, int, float, float]]:
-        """(fraction, seed, scratch, SPT) for n seeds, as sptune.experiments.report hands them over."""
+        """(fraction, seed, scratch, SPT) for n seeds, as sptune.report.tables hands them over."""
         shared = rng.normal(0.0, 1.5 * POINT, n)
         scratch = self.noise.draw(rng, (n, len(FRACTIONS)))
         spt = self.noise.draw(rng, (n, len(FRACTIONS)), scratch=False)
@@ -332,7 +332,7 @@ RECORD_DESIGNS = (("sinusoidal Transformer", "architectures-confirm-*"),
                   ("rotary Transformer", "architectures-rotary-[0-9]*"))
 ARMS = (("Transformer", "scratch"), ("Transformer", "masked"), ("S4D", "scratch"), ("S4D", "masked"))
 ARM_NAMES = ("T scratch", "T SPT", "S4D scratch", "S4D SPT")
-# name -> sign of each arm (ARMS order), as sptune.experiments.endpoints defines them (gap change: the primary one)
+# name -> sign of each arm (ARMS order), as sptune.experiment.endpoints defines them (gap change: the primary one)
 ENDPOINTS = {"gap change": (1, -1, -1, 1), "S4D SPT gain": (0, 0, -1, 1), "T SPT gain": (-1, 1, 0, 0),
              "gap, scratch": (-1, 0, 1, 0), "gap, SPT": (0, -1, 0, 1)}  # gaps: S4D - Transformer
 RECORD_SEED_COUNTS = (3, 5, 10, 20)
@@ -560,7 +560,7 @@ def main() -> None:
         for n in SEED_COUNTS:
             cells += simultaneous_cells(noise, n, replicates, rng)
             print(line(cells[-2]), line(cells[-1]), sep="\n", flush=True)
-    print("the main job's endpoints (sptune.experiments.endpoints: S4D vs Transformer on ucr-osuleaf, scratch and "
+    print("the main job's endpoints (sptune.experiment.endpoints: S4D vs Transformer on ucr-osuleaf, scratch and "
           "SPT), noise estimated from the kept records, each design's estimates beside what its model gives back")
     print("per-example SD of d_ij in the test-set gain rows above, for comparison: "
           + ", ".join(f"{p.name} {example_sd(p):.2f}" for p in POPULATIONS))

@@ -3,7 +3,7 @@
     python benchmarks/plan_accuracy.py           # the shapes-tiny demo study, 300 steps a trial (~4 min, 2 quiet cores)
     python benchmarks/plan_accuracy.py --quick   # a tiny model, 8 steps a trial (seconds + Ray's start)
 
-1. The plan: `sptune plan`'s "this node" figure (sptune.budget.node_seconds: every stage's own model timed
+1. The plan: `sptune plan`'s "this node" figure (sptune.experiment.budget.node_seconds: every stage's own model timed
    here, then the stage's training and evaluation FLOPs at those FLOP/s), in device-seconds, for the study
    below; nothing trains.
 2. The study: the same config, overrides and options run through sptune.api.run_study (a local Ray instance,
@@ -33,10 +33,11 @@ from pathlib import Path
 
 import torch
 
-from sptune import api, budget, files
+from sptune import api, files
+from sptune.experiment import budget
 from sptune.config import STAGES
-from sptune.tune.options import Options
-from sptune.tune.records import studies
+from sptune.search.options import Options
+from sptune.records import studies
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "configs" / "shapes_tiny_transformer.yaml"

@@ -5,7 +5,7 @@
     python benchmarks/ray_overhead.py --path train                      # the Ray Train TorchTrainer path
     python benchmarks/ray_overhead.py --seconds 10                      # ~10 s trials (steps from a timed warmup)
 
-Both sides run the same `sptune.train.run_stage` (stage `scratch` of the config, one torch thread),
+Both sides run the same `sptune.run.train.run_stage` (stage `scratch` of the config, one torch thread),
 one trial at a time, trial i with run.seed=i. Printed: the wall time of the K plain calls, of the K
 Tune trials (from Tuner start, Ray already up), their ratio, the ratio with Ray's start included,
 and each trial's start latency (previous trial's end -> this trial's first line of code, the first
@@ -32,7 +32,7 @@ DEFAULT_OVERRIDES = ["optim.max_steps=250", "optim.eval_every=50", "task.max_val
 
 def plain(config: str, overrides: list[str], trials: int, out: Path) -> float:
     from sptune import config as cfg_mod
-    from sptune import train
+    from sptune.run import train
 
     start = time.perf_counter()
     for i in range(trials):
@@ -45,11 +45,11 @@ def plain(config: str, overrides: list[str], trials: int, out: Path) -> float:
 
 def tuned(config: str, overrides: list[str], trials: int, out: Path, path: str) -> tuple[float, float, list[float]]:
     from sptune import files
-    from sptune.tune.records import studies
-    from sptune.tune.engine import driver
-    from sptune.tune.engine import session
-    from sptune.tune.trials import trainable
-    from sptune.tune.options import Options
+    from sptune.records import studies
+    from sptune.experiment.engine import driver
+    from sptune.experiment.engine import session
+    from sptune.trials import trainable
+    from sptune.search.options import Options
 
     space = out / "space.yaml"
     seeds = {"params": {"run.seed": list(range(trials))}}

@@ -1,6 +1,6 @@
 """A trial that only reports: the benchmarks' stand-in for training, to time the driver and the scheduler
-rather than the model. It keeps a real trial's bookkeeping (sptune.tune.trials.trainable.attempt writes trial.json
-with each attempt's start; a result.json with the keys sptune.train writes and selection reads), spends
+rather than the model. It keeps a real trial's bookkeeping (sptune.trials.trainable.attempt writes trial.json
+with each attempt's start; a result.json with the keys sptune.run.train writes and selection reads), spends
 `seconds` sleeping as its work (a slot held, no core used: 8 slots fit on a 2-core machine), and reports
 its final metrics to Tune. Its validation metric is a fixed function of its params (same run, same numbers).
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sptune import atomic, files
-from sptune.tune.trials import trainable
+from sptune.trials import trainable
 
 
 def reporting_stage(config: dict[str, Any], spec: trainable.TrialSpec, seconds: float = 0.0) -> None:

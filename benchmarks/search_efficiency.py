@@ -3,7 +3,7 @@
     python benchmarks/search_efficiency.py                    # train the grid (7 min on 2 busy cores), then compare
     python benchmarks/search_efficiency.py --curves c.json    # keep the grid's learning curves / reuse them
 
-1. The grid: every point of GRID is trained for real (`sptune.train.run_stage`, stage `scratch` of the
+1. The grid: every point of GRID is trained for real (`sptune.run.train.run_stage`, stage `scratch` of the
    embedded shapes-tiny task, a small Transformer, OVERRIDES), recording at each eval the running best
    validation accuracy and the compute spent so far: CPU seconds of the trial's process (one torch thread,
    so its device-seconds, unaffected by other load on the shared machine).
@@ -21,7 +21,7 @@
 3. Printed per method and seed: the share of the grid's total compute spent when the best completed
    trial so far (what a study can select: stopped trials are never selected) first came within TOLERANCE
    of the grid's best validation accuracy; then the median over seeds. The last line names the method a
-   study uses by default for this grid (sptune.tune.records.studies.resolve_options) and its median share.
+   study uses by default for this grid (sptune.records.studies.resolve_options) and its median share.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def key(params: dict[str, Any]) -> str:
 def train_point(params: dict[str, Any], out: str) -> dict[str, Any]:
     """One grid point: its curve [(budget fraction, running best val, device-seconds so far)] and totals."""
     from sptune import config as cfg_mod
-    from sptune import train
+    from sptune.run import train
 
     overrides = OVERRIDES + [f"{k}={v}" for k, v in params.items()]
     cfg = cfg_mod.load(str(CONFIG), overrides, stage="scratch")
@@ -84,7 +84,7 @@ def train_point(params: dict[str, Any], out: str) -> dict[str, Any]:
 
 
 def train_grid(workers: int) -> dict[str, dict[str, Any]]:
-    from sptune.tune.spaces import StageSpace, grid_points
+    from sptune.search.spaces import StageSpace, grid_points
 
     points = grid_points(StageSpace(params=GRID))
     with tempfile.TemporaryDirectory(prefix="search-efficiency-") as out:
@@ -123,8 +123,8 @@ def replay(method: str, seed: int, grid: dict[str, dict[str, Any]]) -> list[tupl
     from optuna.distributions import CategoricalDistribution
     from optuna.trial import TrialState
 
-    from sptune.tune.engine import search
-    from sptune.tune import spaces
+    from sptune.search import searcher as search
+    from sptune.search import spaces
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with warnings.catch_warnings():
@@ -188,8 +188,8 @@ def share_to_reach(events: list[tuple[float, float | None]], target: float, grid
 
 def default_method() -> str:
     """What a study runs on this grid by default: the sampler and ASHA that resolve_options picks."""
-    from sptune.tune.records import studies
-    from sptune.tune import spaces
+    from sptune.records import studies
+    from sptune.search import spaces
 
     space = spaces.parse({"stages": {"scratch": {"params": GRID}}}, "<benchmark grid>")
     options = studies.resolve_options(studies.Options(num_samples=len(spaces.grid_points(space.stages["scratch"]))),

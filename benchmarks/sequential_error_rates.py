@@ -4,10 +4,10 @@
     python benchmarks/sequential_error_rates.py --quick     # 500 replicates: checks it runs (seconds), figures
                                                             # mean nothing
 
-Each design is sptune.sequential.Design, run by sptune.sequential.simulate on experiments whose per-seed paired
+Each design is sptune.report.sequential.Design, run by sptune.report.sequential.simulate on experiments whose per-seed paired
 values are N(effect, 1) (the endpoint in units of its per-seed SD): K looks at equally spaced seed counts, the
 paired t of the first n_k seeds against the design's critical t (calibrated to the alpha spent at each look,
-sptune.sequential.calibrated_t_bounds, on another random stream than these). Per design:
+sptune.report.sequential.calibrated_t_bounds, on another random stream than these). Per design:
   type I error      the share of experiments at effect 0 that reject at some look, beside the nominal alpha
   nominal-level t   for contrast, the same experiments against Jennison & Turnbull §3.8's approximate critical t's
                     (each z bound's nominal level at n_k - 1 degrees of freedom)
@@ -15,7 +15,7 @@ sptune.sequential.calibrated_t_bounds, on another random stream than these). Per
                     estimates the SD from few seeds (what comparing t = -3.42 at 10 seeds with a z bound of 2.86
                     does)
   power, seeds      at effect 0.75 SD: the share that reject and the mean seeds used, beside the fixed-sample paired
-                    t-test's power at the planned seeds (sptune.power)
+                    t-test's power at the planned seeds (sptune.report.power)
 Futility rules are non-binding: the type I error with the rule followed is at most the rule-free one.
 The last line is the largest type I error over the designs, against nominal alpha plus 3 Monte Carlo SE (the
 largest of five rates: 2 SE would be passed by chance alone about one run in nine).
@@ -27,7 +27,7 @@ import argparse
 import math
 import time
 
-from sptune import power, sequential
+from sptune.report import power, sequential
 
 ALPHA = 0.05
 EFFECT = 0.75  # per-seed SDs: 80% power for a fixed 16-seed paired t-test

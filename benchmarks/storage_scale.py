@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from s3_server import S3Server  # noqa: E402
 
-from sptune.tune.records import storage  # noqa: E402
+from sptune.records import storage  # noqa: E402
 
 TRIAL_FILES = {"trial.json": 1_500, "result.json": 900, "progress.json": 200, "last.pt": 64_000,
                "events.out.tfevents": 12_000, "stdout.log": 4_000}

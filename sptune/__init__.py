@@ -9,7 +9,15 @@ baselines, scratch and self-pretrained). register_model / register_task name cod
 (sptune.plugins).
 """
 
+import os
+
 from sptune import cpu_kernels
+
+# A study's log (sptune.output) keeps every line the trials print: Ray's driver would fold lines it takes for
+# repeats across workers ("[repeated 2x across cluster]"). Ray reads these when first imported, which is after
+# this (every module that imports Ray is in this package).
+os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+os.environ.setdefault("RAY_COLOR_PREFIX", "0")  # plain text in the log: no ANSI colors around "(pid=...)"
 
 cpu_kernels.pin()  # before any model runs: oneDNN's kernels the same on every x86 CPU with AVX2 (sptune.cpu_kernels)
 

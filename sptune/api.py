@@ -6,7 +6,7 @@
     sptune.load_history(df.run_dir[0])              # that trial's evals
 
 `sptune study` and `sptune resume` are run_study and resume_study with the same options
-(sptune.tune.options: the flags of `sptune study` and of the paper-experiment scripts). What a study
+(sptune.search.options: the flags of `sptune study` and of the paper-experiment scripts). What a study
 prints (`output`): "progress" (default: a bar per stage, a line per finished trial, the table),
 "verbose" (also Ray Tune's tables and every trial's output), "quiet" (the table only). Whatever the
 choice, everything Ray and the trials print goes to <study>/study.log.
@@ -22,7 +22,7 @@ from sptune.config import STAGES
 from sptune.errors import UserError
 
 if TYPE_CHECKING:
-    from sptune.tune.options import Options
+    from sptune.search.options import Options
 
 OUTPUTS = ("progress", "verbose", "quiet")
 
@@ -39,18 +39,18 @@ def run_study(config: str | Path, overrides: Sequence[str] = (), dir: str | Path
 
     `config` is a YAML file, `overrides` section.field=value strings; `dir` defaults to
     runs/study-<config name> (runs/seeds-<config name> with `seeds`). The search and resource options are
-    `options` (sptune.tune.options.Options, the flags of `sptune study`), with any of its fields given
+    `options` (sptune.search.options.Options, the flags of `sptune study`), with any of its fields given
     by name on top, e.g. `run_study(cfg, num_samples=4, logger="mlflow")`. `seeds`: the same study once
     per seed (one study directory each, every seed a cell of the engine's one Tune run) and the paired
-    SPT - scratch gain with its 95% CI (sptune.tune.records.seeds). `time_budget_s`: stop cleanly after that
+    SPT - scratch gain with its 95% CI (sptune.records.seeds). `time_budget_s`: stop cleanly after that
     many wall seconds of this run (what finished is reported; resume continues). `storage`: an object-storage
     prefix (s3://bucket/prefix) the study is mirrored under, as <prefix>/<directory name>, so it outlives the
-    cluster (sptune.tune.records.storage). Raises UserError for a bad option, before any Ray work.
+    cluster (sptune.records.storage). Raises UserError for a bad option, before any Ray work.
     """
-    from sptune.tune.options import with_values
-    from sptune.tune.records import seeds as seed_cells
-    from sptune.tune.records import storage as durable
-    from sptune.tune.records import studies
+    from sptune.search.options import with_values
+    from sptune.records import seeds as seed_cells
+    from sptune.records import storage as durable
+    from sptune.records import studies
 
     options = with_values(options, option_values)
     _check_output(output)
@@ -74,7 +74,7 @@ def run_study(config: str | Path, overrides: Sequence[str] = (), dir: str | Path
 
 def task_lines(task: dict[str, Any]) -> list[str]:
     """A files task's inferred settings (sptune.tasks.files.describe): the run says what it read."""
-    from sptune.experiments.evaluate import task_lines as described
+    from sptune.experiment.evaluate import task_lines as described
 
     return described(task["name"], task.get("path", ""))
 
@@ -85,7 +85,7 @@ def resume_study(study_dir: str | Path, *, address: str | None = None, output: s
     ones continue; `retry_failed` also reruns crashed trials of finished stages from their last checkpoint.
     `study_dir` may be its storage URI (s3://...): the folder is pulled back to the path it had first (a new
     cluster after `ray down`). An experiment continues by running its script again with the same flags."""
-    from sptune.tune.records import layout, storage, study_state
+    from sptune.records import layout, storage, study_state
 
     _check_output(output)
     study_dir = storage.pull(str(study_dir)) if storage.is_remote(study_dir) else Path(study_dir).resolve()
@@ -108,13 +108,14 @@ def evaluate(model: str, task: str, baselines: Sequence[str] | None = None, seed
     """`sptune evaluate` from Python: `model` (a built-in layer, a registered or entry-point name, or
     "package.module:factory") against `baselines` (default transformer and s4d-legs) on `task`, each scratch and
     self-pretrained with the same grid and budget per arm, as one experiment; returns the architecture table
-    as a pandas DataFrame (sptune.experiments.architectures.frame: scratch, SPT, SPT gain, each gap and its
+    as a pandas DataFrame (sptune.report.architectures.frame: scratch, SPT, SPT gain, each gap and its
     change, with paired 95% intervals over `seeds`). `dir` defaults to runs/evaluate/<model>-<task>[-smoke];
     rerunning resumes it. `backend`: "tune" (default) or "plain" (default with `smoke`: no search)."""
     from sptune import registry
-    from sptune.experiments import architectures, evaluate as comparison, report
-    from sptune.experiments.run import run_experiment
-    from sptune.tune.options import with_values
+    from sptune.report import architectures, tables as report
+    from sptune.experiment import evaluate as comparison
+    from sptune.experiment.backends import run_experiment
+    from sptune.search.options import with_values
 
     options = with_values(options, option_values)
     plan = comparison.build_plan(model, task, baselines or comparison.DEFAULT_BASELINES, list(seeds or [0]),
@@ -136,8 +137,8 @@ def _run(results_dir: Path, address: str | None, mode: str, header: list[str], r
          time_budget_s: float | None = None) -> Path:
     """Run a study or a multi-seed study (its kind from the folder), then print its report."""
     from sptune import output
-    from sptune.tune.engine import driver, mirroring
-    from sptune.tune.records import layout
+    from sptune.experiment.engine import driver, mirroring
+    from sptune.records import layout
 
     log_path = results_dir / files.STUDY_LOG
     with mirroring.mirrored(results_dir), \
@@ -166,15 +167,15 @@ def report(results_dir: str | Path, plots: bool = True, plot_path: str | Path | 
     written beside it (`plots`: also its PNG plots), from its run directories alone (no training);
     results.csv is rewritten. `plot_path`: a multi-seed study's plot once more at that path.
     `sptune report` and `sptune results` (the latter without plots)."""
-    from sptune.tune.records import layout, results
-    from sptune.tune.records import seeds as seed_cells
+    from sptune.records import layout, results
+    from sptune.records import seeds as seed_cells
 
     results_dir = Path(results_dir).resolve()
     kind = layout.kind_of(results_dir)
     if kind == layout.SEEDS:
         return _seeds_report(seed_cells.report(results_dir, plot_path=plot_path))
     if kind == layout.EXPERIMENT:
-        from sptune.experiments import pool, report as experiment_report
+        from sptune.report import pool, tables as experiment_report
 
         if pool.is_record(results_dir):  # a kept record: its rows are read, nothing is rewritten
             return "\n".join(pool.pooled([results_dir])), []
@@ -188,10 +189,10 @@ def report(results_dir: str | Path, plots: bool = True, plot_path: str | Path | 
 def pooled_report(experiment_dirs: list[str | Path], out: str | Path | None = None,
                   design: str | Path | None = None) -> tuple[str, list[Path]]:
     """One report over the seeds of several batches of one experiment (experiment directories or their kept
-    records: sptune.experiments.pool); `out`: also written there (markdown); `design`: a group-sequential design
+    records: sptune.report.pool); `out`: also written there (markdown); `design`: a group-sequential design
     file to apply (else the batches' design.json, if any). `sptune report DIR DIR ...`."""
     from sptune.atomic import write_text
-    from sptune.experiments import pool
+    from sptune.report import pool
 
     text = "\n".join(pool.pooled(experiment_dirs, design))  # a directory without plan.json: load_plan's UserError
     if out is None:
@@ -202,7 +203,8 @@ def pooled_report(experiment_dirs: list[str | Path], out: str | Path | None = No
 
 def _study_report(study_dir: Path, rows: list[dict[str, Any]], plots: bool = True) -> tuple[str, list[Path]]:
     """The summary of a study's rows (results.csv already written) and, with `plots`, its PNG plots."""
-    from sptune.tune.records import curves, results, search_plots
+    from sptune.report import curves, search_plots
+    from sptune.records import results
 
     if not plots:
         return results.summary(study_dir, rows), []
@@ -211,7 +213,7 @@ def _study_report(study_dir: Path, rows: list[dict[str, Any]], plots: bool = Tru
 
 
 def _seeds_report(out: dict[str, Any]) -> tuple[str, list[Path]]:
-    """What sptune.tune.records.seeds.report wrote, as (table text, files)."""
+    """What sptune.records.seeds.report wrote, as (table text, files)."""
     return out["text"], [out["table"], out["csv"], out["plot"], *([out["extra_plot"]] if "extra_plot" in out else [])]
 
 
@@ -223,8 +225,8 @@ def _paths_line(results_dir: Path, paths: list[Path]) -> str:
 
 def succeeded(results_dir: str | Path) -> bool:
     """Every stage of a study is done with a selected trial; every seed of a multi-seed study is paired."""
-    from sptune.tune.records import layout, results
-    from sptune.tune.records import seeds as seed_cells
+    from sptune.records import layout, results
+    from sptune.records import seeds as seed_cells
 
     if layout.kind_of(results_dir) == layout.SEEDS:
         return seed_cells.all_paired(results_dir)
@@ -243,7 +245,7 @@ def load_results(study_dir: str | Path):
     Rows come from the trials' run directories (as results.csv does), so a running study can be read."""
     import pandas as pd
 
-    from sptune.tune.records import results, study_state
+    from sptune.records import results, study_state
 
     state = study_state.load(study_dir)
     rows = results.collect(state.dir)
@@ -255,7 +257,7 @@ def load_results(study_dir: str | Path):
 
 
 def _columns(rows: list[dict[str, Any]]) -> list[str]:
-    from sptune.tune.records import results
+    from sptune.records import results
 
     columns = results.COLUMNS[:2] + results.param_keys(rows) + results.COLUMNS[2:]
     return columns + sorted({key for row in rows for key in row} - set(columns))
@@ -266,7 +268,7 @@ def load_history(run_dir: str | Path):
     from result.json when the run finished, else from last.pt (a run still going or interrupted)."""
     import pandas as pd
 
-    from sptune import checkpoints
+    from sptune.run import checkpoints
 
     run_dir = Path(run_dir)
     result = run_dir / files.RESULT

@@ -21,7 +21,7 @@ alike); with MKL_ENABLE_INSTRUCTIONS=AVX2 or MKL_CBWR=AVX2, 200, 0.488, 42.15%, 
 ATEN_CPU_CAPABILITY=avx2 added, 225, 0.585, 42.15%, 0.00168. No setting tried gave the AMD figures. That lr is
 a grid extension's, where training is least stable; the same cell's finetuning at lr 3e-3 kept its test
 accuracy (50.83%) while its last training loss moved (0.21417 -> 0.20846). A run's provenance therefore names
-the CPU model and ATen's instruction set beside oneDNN's (sptune.provenance.describe_device).
+the CPU model and ATen's instruction set beside oneDNN's (sptune.run.provenance.describe_device).
 
 oneDNN reads the variable once, at its first op in the process, so it is set when sptune is imported
 (`sptune/__init__.py`), before any model runs. A value the user set is kept (`ONEDNN_MAX_CPU_ISA=ALL`

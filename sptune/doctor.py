@@ -30,7 +30,7 @@ from typing import Any, Callable
 import torch
 
 from sptune.errors import UserError
-from sptune.provenance import describe_device
+from sptune.run.provenance import describe_device
 
 THROUGHPUT_SECONDS = 2.0
 # The throughput model: small, with inputs long enough that attention and the MLPs dominate. A batch
@@ -163,7 +163,7 @@ def measure_throughput(device: torch.device, seconds: float = THROUGHPUT_SECONDS
     from sptune import config
     from sptune.build import build_task_model
     from sptune.registry import get_task
-    from sptune.train import make_optimizer
+    from sptune.run.train import make_optimizer
 
     try:
         cfg = config.load(None, THROUGHPUT_MODEL + [f"model.name={model_name}"])
@@ -220,8 +220,8 @@ def check_cluster(address: str, seconds: float = THROUGHPUT_SECONDS,
                   timeout_s: float = NODE_TIMEOUT_S, model: str = "transformer") -> list[dict[str, Any]]:
     """check_node on every alive node with a CPU of the Ray cluster at `address`, by a task pinned to each
     node (with one of its GPUs, if it has any, so the task sees a CUDA device as a training worker would).
-    Ray is joined and left through sptune.tune.engine.session, as every other entry point does."""
-    from sptune.tune.engine.session import joined_cluster
+    Ray is joined and left through sptune.experiment.engine.session, as every other entry point does."""
+    from sptune.experiment.engine.session import joined_cluster
 
     with joined_cluster(address):
         return _check_nodes(seconds, timeout_s, model)

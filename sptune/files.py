@@ -4,17 +4,17 @@ One place for the layout of a run directory, a study directory and an experiment
 finds "what is result.json, who writes it" here, and a rename is one edit. Every write goes through
 sptune.atomic: a reader (or a resume after SIGKILL) never sees half a file.
 
-    run directory (one stage of one config; sptune.train)
+    run directory (one stage of one config; sptune.run.train)
         config.yaml  fingerprint.json  last.pt  best.pt  result.json  tb/
-        + under Ray Tune (sptune.tune.trials.trainable): trial.json  progress.json  worker.json  error.json
-    study directory (`sptune study`; sptune.tune.records.studies)
+        + under Ray Tune (sptune.trials.trainable): trial.json  progress.json  worker.json  error.json
+    study directory (`sptune study`; sptune.records.studies)
         study.json  results.csv  study.log  optuna.journal  driver.json  <stage>/<run>/  tune/  train/
-    seeds directory (`--seeds`; sptune.tune.records.seeds)
+    seeds directory (`--seeds`; sptune.records.seeds)
         seeds.json  summary.json  seeds.md  seeds.csv  seeds.png  seed-<n>/
-    experiment directory (a paper experiment; sptune.experiments.run)
+    experiment directory (a paper experiment; sptune.experiment.backends)
         plan.json  cells/<cell>/  (each cell a study directory or plain run directories, error.txt on failure)
-        + the report (sptune.experiments.report): table.md  results.csv  summary.csv  <plots>.png
-    kept record of an experiment (what outlives its cells: sptune.experiments.pool)
+        + the report (sptune.report.tables): table.md  results.csv  summary.csv  <plots>.png
+    kept record of an experiment (what outlives its cells: sptune.report.pool)
         plan.json  summary.csv
 """
 
@@ -27,7 +27,7 @@ from typing import Any
 
 # ----------------------------------------------------------------------------- run directory
 CONFIG = "config.yaml"  # the resolved config (sptune.config.dump)
-FINGERPRINT = "fingerprint.json"  # the hash of the config this directory belongs to (sptune.fingerprint)
+FINGERPRINT = "fingerprint.json"  # the hash of the config this directory belongs to (sptune.run.fingerprint)
 LAST = "last.pt"  # the latest checkpoint: what a resume continues from
 BEST = "best.pt"  # the best-validation checkpoint: what finetuning and the test metric use
 RESULT = "result.json"  # written once, when the stage finishes
@@ -43,7 +43,7 @@ RESULTS_CSV = "results.csv"  # one row per trial
 STUDY_LOG = "study.log"  # everything Ray, Tune and the trials printed (sptune.output)
 OPTUNA_JOURNAL = "optuna.journal"  # every stage's Optuna study
 DRIVER = "driver.json"  # the driver process that owns the study's Ray instance
-STORAGE = "storage.json"  # where the folder is mirrored (sptune.tune.records.storage)
+STORAGE = "storage.json"  # where the folder is mirrored (sptune.records.storage)
 
 # ----------------------------------------------------------------------------- seeds directory
 SEEDS = "seeds.json"  # what a multi-seed study asked for

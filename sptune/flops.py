@@ -34,7 +34,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode, flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 aten = torch.ops.aten
-log = logging.getLogger("sptune.train")
+log = logging.getLogger("sptune.run.train")
 
 # FFTW's benchFFT convention (fftw.org/speed/method.html): a complex transform of size n is credited
 # 5 n log2 n real flops (radix-2 Cooley-Tukey), a real-data transform half of that.

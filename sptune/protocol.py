@@ -1,5 +1,5 @@
 """The SPT protocol's order, in one place (paper §2, Appendix C.1): both the plain path
-(`sptune.train.run_protocol`, one run per stage) and the Ray engine (`sptune.tune.engine.driver`, a search
+(`sptune.run.train.run_protocol`, one run per stage) and the Ray engine (`sptune.experiment.engine.driver`, a search
 per stage) ask this module which stage waits for which and which candidate is selected.
 
     pretrain   denoising on the task's own training inputs; needs nothing

@@ -19,9 +19,9 @@ from __future__ import annotations
 import sys
 
 from sptune.config import STAGES
-from sptune.experiments import paper, settings
-from sptune.experiments_cli import main
-from sptune.experiments.plan import Cell, Plan
+from sptune.experiment import paper, settings
+from sptune.cli.experiment import main
+from sptune.experiment.plan import Cell, Plan
 
 EXPERIMENT = "data_fractions"
 CPU_MODEL = "s4"  # the paper's Figure 3 model family (S4); the Transformer would double the cost
@@ -116,7 +116,7 @@ def build_cpu(args) -> Plan:
                     "scratch up to 400, each stopped after 100 steps without a validation gain"),
         layout={"kind": "fraction", "curves": True}, cells=cells,
         notes=["gain = (SPT - scratch) / scratch, the relative gain of Figure 3 (right); data x = how many times "
-               "its labelled data scratch needs to match SPT (sptune.multiplier).",
+               "its labelled data scratch needs to match SPT (sptune.report.multiplier).",
                "The paper gives Figure 3 as a plot only; its text: " + paper.FIGURE_3_TEXT],
         commands={"launch": f"python studies/data_fractions.py {flags}",
                   "resume": f"python studies/data_fractions.py {flags} (same flags)",

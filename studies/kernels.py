@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import sys
 
-from sptune.experiments import settings
-from sptune.experiments_cli import main
-from sptune.experiments.plan import Cell, Plan
+from sptune.experiment import settings
+from sptune.cli.experiment import main
+from sptune.experiment.plan import Cell, Plan
 
 EXPERIMENT = "kernels"
 TASKS = ("image", "text", "pathx", "listops")  # Figure 4's panels

@@ -7,16 +7,16 @@
     GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>
 
 Varies: task (SC causal, SC bidirectional, sCIFAR, BIDMC HR / RR / SpO2) x model (S4, Transformer + Rotary) x scratch /
-SPT x seed. Fixed: sptune.experiments.paper.RECIPES. Smoke-test numbers say nothing about these modalities.
+SPT x seed. Fixed: sptune.experiment.paper.RECIPES. Smoke-test numbers say nothing about these modalities.
 """
 
 from __future__ import annotations
 
 import sys
 
-from sptune.experiments import paper, settings
-from sptune.experiments_cli import main
-from sptune.experiments.plan import Cell, Plan
+from sptune.experiment import paper, settings
+from sptune.cli.experiment import main
+from sptune.experiment.plan import Cell, Plan
 
 EXPERIMENT = "modalities"
 # Table 3 column -> (task, causal model?, embedded stand-in or None)

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import sys
 
-from sptune.experiments import paper, settings, sizing
-from sptune.experiments_cli import main
-from sptune.experiments.plan import Cell, Plan
+from sptune.experiment import paper, settings, sizing
+from sptune.cli.experiment import main
+from sptune.experiment.plan import Cell, Plan
 
 EXPERIMENT = "model_sizes"
 SMOKE_BUDGETS = (5_000, 10_000, 20_000)
@@ -26,7 +26,7 @@ SMOKE_TASK = "listops-mini"  # the cheapest embedded task: this smoke test runs 
 DEPTHS = (6, 4, 8, 5, 7, 3, 2)  # the paper's Image depth first (Tables 4 and S4 configs: 6 layers)
 CPU_BUDGETS = (20_000, 80_000, 320_000)  # around the main job's 68K / 84K models, x4 each way
 CPU_DEPTHS = (2, 1, 3, 4)  # the main job's depth first
-MODELS = [  # (Image recipe variant (sptune.experiments.paper.RECIPES), display name, arm -> Table 9 row)
+MODELS = [  # (Image recipe variant (sptune.experiment.paper.RECIPES), display name, arm -> Table 9 row)
     ("rotary", "Transformer + Rotary", {"scratch": "Transformer+Rotary", "masked": "Transformer+Rotary + Masked SPT"}),
     ("s4", "S4", {"scratch": "S4", "masked": "S4 + Masked SPT"}),
 ]

@@ -18,9 +18,9 @@ from __future__ import annotations
 import sys
 
 from sptune.config import STAGES
-from sptune.experiments import paper, settings
-from sptune.experiments_cli import main
-from sptune.experiments.plan import Cell, Plan, fixed_space
+from sptune.experiment import paper, settings
+from sptune.cli.experiment import main
+from sptune.experiment.plan import Cell, Plan, fixed_space
 
 EXPERIMENT = "spt_ratio"
 TASKS = ("image", "text")  # Table 8's column order

@@ -21,8 +21,8 @@ TINY = ["model.d_model=16", "model.n_layers=1", "model.n_heads=2", "model.d_ff=1
 
 def bare_study(study_dir: Path, space: dict | None = None, stage_status: dict | None = None) -> None:
     """A study.json with default options and no stage configs, for results read from trials faked on disk."""
-    from sptune.tune.records import studies, study_state
-    from sptune.tune import spaces
+    from sptune.records import studies, study_state
+    from sptune.search import spaces
 
     options = studies.resolve_options(studies.Options(), spaces.SearchSpace(path="", stages={}))
     Path(study_dir).mkdir(parents=True, exist_ok=True)

@@ -90,7 +90,7 @@ def held(uri: str) -> dict[str, bytes]:
     import io
     import tarfile
 
-    from sptune.tune.records import storage
+    from sptune.records import storage
 
     fs, root = storage.filesystem(uri)
     found = {rel: fs.open_input_stream(f"{root}/{rel}").read() for rel in storage._listing(fs, root)}

@@ -7,10 +7,10 @@ import pytest
 from study_scripts import load_study
 from sptune import config
 from sptune.errors import UserError
-from sptune.experiments import settings
-from sptune import experiments_cli as cli
-from sptune.experiments import architectures, report
-from sptune.experiments.plan import plain_point
+from sptune.experiment import settings
+from sptune.cli import experiment as cli
+from sptune.report import architectures, tables as report
+from sptune.experiment.plan import plain_point
 
 
 
@@ -130,9 +130,9 @@ def test_fresh_seeds_are_a_budget_of_seeds_that_chose_nothing(capsys):
 
 
 def test_learning_curves_put_the_compute_tied_scratch_on_its_architectures_panel(tmp_path, monkeypatch):
-    from sptune.experiments import figures
-    from sptune.experiments.plan import Cell, Plan
-    from sptune.tune.records import curves
+    from sptune.report import figures
+    from sptune.experiment.plan import Cell, Plan
+    from sptune.report import curves
 
     def run(name, steps):
         path = tmp_path / name

@@ -5,7 +5,8 @@ import logging
 import pytest
 import torch
 
-from sptune import config, registry, runs
+from sptune import config, registry
+from sptune.run import runs
 from sptune.build import build_pretrain_model
 from sptune.models import transformer
 from sptune.models.transformer import SelfAttention

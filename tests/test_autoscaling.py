@@ -32,10 +32,10 @@ from ray_fixtures import CONFIG, REPO, sptune_env
 from test_cluster import free_ports
 
 from sptune import files
-from sptune.tune.records import studies, results, study_state
-from sptune.tune.engine import session
-from sptune.tune import spaces
-from sptune.tune.trials import trainable
+from sptune.records import studies, results, study_state
+from sptune.experiment.engine import session
+from sptune.search import spaces
+from sptune.trials import trainable
 
 pytestmark = pytest.mark.slow
 
@@ -280,7 +280,7 @@ def test_gpu_check_reads_the_node_types_of_autoscaler_v2(tmp_path):
         config["available_node_types"] = fake_cluster_config(cluster.address)[0]["available_node_types"]
         (tmp_path / "gpu.yaml").write_text(yaml.safe_dump(config))
         (tmp_path / "gpu.yaml").replace(cluster.config_path)
-        check = ("import logging, ray; from sptune.tune.trials import resources; logging.basicConfig(); "
+        check = ("import logging, ray; from sptune.trials import resources; logging.basicConfig(); "
                  f"ray.init(address='{cluster.address}', logging_level='WARNING'); resources.check_cluster(1); "
                  "print(sorted(resources.autoscaler_node_types()))")
         proc = subprocess.run([sys.executable, "-c", check], env=cluster.env, capture_output=True, text=True,

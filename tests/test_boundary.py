@@ -1,6 +1,6 @@
 """The boundary check: a selected value at the edge of its numeric grid gets one warning line per stage."""
 
-from sptune.tune.records import boundary
+from sptune.search import boundary
 
 SPACE = {"stages": {
     "pretrain": {"params": {"optim.lr": [1e-3, 5e-4], "optim.batch_size": [32]}},
@@ -33,7 +33,7 @@ def test_interior_fixed_and_non_numeric_values_do_not_warn():
 
 def test_summary_prints_the_warning(tmp_path):
     from ray_fixtures import bare_study
-    from sptune.tune.records import results
+    from sptune.records import results
 
     rows = [{"stage": "scratch", "trial_id": "t1", "status": "completed", "metric": "accuracy", "best_val": 0.5,
              "best_val_loss": 1.0, "val_targets": 100, "best_step": 10, "test_metric": 0.4, "wall_seconds": 1.0,

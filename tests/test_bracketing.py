@@ -1,4 +1,4 @@
-"""Grids that bracket themselves (sptune.tune.records.bracketing): the next value past the edge a stage's
+"""Grids that bracket themselves (sptune.search.bracketing): the next value past the edge a stage's
 best sits at, its spacing and its limits, a study whose lr grid sits far below the optimum extending it,
 and one killed during an extension round resuming it."""
 
@@ -13,9 +13,10 @@ from test_resume_study import midway, sptune
 
 from sptune import files
 from sptune.errors import UserError
-from sptune.tune import spaces
-from sptune.tune.engine import driver
-from sptune.tune.records import boundary, bracketing, results, studies
+from sptune.search import spaces
+from sptune.experiment.engine import driver
+from sptune.search import boundary, bracketing
+from sptune.records import results, studies
 
 
 @pytest.mark.parametrize("declared, tried, side, expected", [

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from sptune import config, runs
+from sptune import config
+from sptune.run import runs
 from sptune.build import build_backbone
 from sptune.errors import UserError
 from sptune.registry import MODELS, get_task

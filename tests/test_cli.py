@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from sptune.cli import main
+from sptune.cli.main import main
 
 TINY = ["model.d_model=16", "model.n_layers=1", "model.n_heads=2", "model.d_ff=16", "optim.batch_size=8",
         "optim.max_steps=4", "optim.eval_every=2", "task.max_val_examples=16", "run.progress=false"]

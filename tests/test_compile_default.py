@@ -5,7 +5,8 @@ import pytest
 import torch
 import yaml
 
-from sptune import config, fingerprint, files, runs, train, train_setup
+from sptune import config, files
+from sptune.run import fingerprint, runs, train, train_setup
 
 
 @pytest.mark.parametrize("overrides, device, expected", [

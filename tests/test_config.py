@@ -78,7 +78,7 @@ def test_dump_round_trip(tmp_path):
     ("task.name=nope", ["unknown task 'nope' (task.name)", "listops-mini"]),
 ])
 def test_a_study_checks_names_before_any_work(override, words, tmp_path, capsys):
-    from sptune.cli import main
+    from sptune.cli.main import main
 
     config_path = ROOT / "configs" / "listops_mini_transformer.yaml"
     assert main(["study", str(config_path), override, "--dir", str(tmp_path / "study")]) == 2
@@ -90,7 +90,7 @@ def test_a_study_checks_names_before_any_work(override, words, tmp_path, capsys)
 
 
 def test_a_searched_name_must_be_registered():
-    from sptune.tune.spaces import check_value
+    from sptune.search.spaces import check_value
 
     with pytest.raises(UserError, match="unknown model 'lstm'"):
         check_value("search space", "model.name", "lstm")

@@ -53,7 +53,7 @@ def test_both_models_compute_what_an_avx2_machine_computes():
         assert pinned == explicit, f"{model}: the default differs from ONEDNN_MAX_CPU_ISA=AVX2"
 
 
-DEVICE = ("import sptune, torch; from sptune.provenance import cpu_model, describe_device; print(cpu_model()); "
+DEVICE = ("import sptune, torch; from sptune.run.provenance import cpu_model, describe_device; print(cpu_model()); "
           "print(torch.backends.cpu.get_cpu_capability()); print(describe_device(torch.device('cpu')))")
 
 

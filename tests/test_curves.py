@@ -4,8 +4,9 @@ import json
 
 import pytest
 
-from sptune.tune.options import Options
-from sptune.tune.records import curves, results, studies, study_state
+from sptune.search.options import Options
+from sptune.report import curves
+from sptune.records import results, studies, study_state
 
 
 def fake_trial(study_dir, stage, trial_id, best_val, train_flops, steps=20, init=None):

@@ -12,7 +12,7 @@ import pytest
 
 datasets = pytest.importorskip("datasets")
 
-from sptune import data_cli  # noqa: E402
+from sptune.cli import data as data_cli  # noqa: E402
 from sptune.errors import UserError  # noqa: E402
 from sptune.tasks import bidmc, hub_tasks, listops, lra  # noqa: E402
 from lra_files import to_expression, write_tsv  # noqa: E402

@@ -7,7 +7,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from sptune import config, files, train
+from sptune import config, files
+from sptune.run import train
 
 TINY = ["model.d_model=16", "model.n_layers=1", "model.n_heads=2", "model.d_ff=16", "optim.batch_size=8",
         "optim.max_steps=6", "optim.eval_every=3", "task.max_val_examples=16", "run.progress=false",

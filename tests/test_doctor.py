@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from ray_fixtures import ray_instance  # noqa: F401 - the session's one Ray
-from sptune import cli, doctor
+from sptune.cli import main as cli
+from sptune import doctor
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +62,7 @@ def test_a_node_whose_training_step_fails_cannot_train(monkeypatch):
     def no_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
-    monkeypatch.setattr("sptune.train.make_optimizer", no_memory)
+    monkeypatch.setattr("sptune.run.train.make_optimizer", no_memory)
     report = doctor.check_node(seconds=0.2)
     assert not report["can_train"] and "out of memory" in report["throughput"]["detail"]
     assert "throughput: FAILED" in doctor.format_report(report)
@@ -105,7 +106,7 @@ def test_an_unreachable_cluster_is_a_one_line_user_error(capsys, monkeypatch):
 
 
 def test_a_joined_cluster_is_left_on_the_way_out(monkeypatch):
-    """`sptune doctor --address` joins through sptune.tune.engine.session and shuts its Ray connection down."""
+    """`sptune doctor --address` joins through sptune.experiment.engine.session and shuts its Ray connection down."""
     import ray
 
     calls = []

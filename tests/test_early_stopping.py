@@ -7,12 +7,13 @@ import pytest
 import yaml
 from ray_fixtures import CONFIG, TINY, bare_study
 
-from sptune import atomic, files, train
+from sptune import atomic, files
+from sptune.run import train
 from sptune.config import load as load_config
 from sptune.errors import UserError
-from sptune.tune.records import studies, results
-from sptune.tune import spaces
-from sptune.tune.trials import stopped, trainable
+from sptune.records import studies, results
+from sptune.search import spaces
+from sptune.trials import stopped, trainable
 
 ONE = {"params": {"optim.lr": [1.0e-3], "optim.batch_size": [8]}}
 EIGHT = {"params": {"optim.lr": [3e-3, 1e-3, 3e-4, 1e-4], "optim.batch_size": [8, 16]}}  # 8 points

@@ -1,4 +1,4 @@
-"""One Tune run for every cell of an experiment (sptune.tune.engine.driver): the cells' trials share the
+"""One Tune run for every cell of an experiment (sptune.experiment.engine.driver): the cells' trials share the
 cluster, finetuning waits for its own cell's pretraining selection only, and each cell stays a study."""
 
 from pathlib import Path
@@ -8,10 +8,10 @@ from open_watch import OpenWatch, other_opens, own_opens
 from ray_fixtures import TINY, ray_instance  # noqa: F401 (a fixture)
 
 from sptune import files
-from sptune.experiments.plan import Cell, Plan
-from sptune.experiments.run import experiment_rows, run_experiment
-from sptune.tune.records import results
-from sptune.tune.options import Options
+from sptune.experiment.plan import Cell, Plan
+from sptune.experiment.backends import experiment_rows, run_experiment
+from sptune.records import results
+from sptune.search.options import Options
 
 pytestmark = pytest.mark.slow  # ~40 s on 2 CPU cores: 2 cells x 4 tiny trials in one Tune run
 
@@ -96,7 +96,7 @@ def _span(row):
 def test_plain_cells_train_in_ray_tasks_on_a_cluster(tmp_path, ray_instance, monkeypatch):  # noqa: F811
     import os
 
-    from sptune.experiments import run
+    from sptune.experiment import backends as run
 
     ran_in = []
     real = run.run_cell_plain

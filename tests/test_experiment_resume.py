@@ -14,8 +14,8 @@ from ray_fixtures import REPO, TINY, ray_instance, sptune_env  # noqa: F401 (a f
 from test_resume_study import midway, ray_left_behind
 
 from sptune import files
-from sptune.tune.records import results, study_state
-from sptune.tune.engine import session
+from sptune.records import results, study_state
+from sptune.experiment.engine import session
 
 pytestmark = pytest.mark.slow  # ~90 s on 2 CPU cores: the killed run, its resume, an uninterrupted run
 
@@ -29,12 +29,12 @@ CELLS = ("c0", "c1", "c2")
 
 EXPERIMENT = """
 import sys
-from sptune.experiments.run import run_experiment
-from sptune.tune.engine import interrupts
-from sptune.tune.options import Options
+from sptune.experiment.backends import run_experiment
+from sptune.experiment.engine import interrupts
+from sptune.search.options import Options
 from test_experiment_resume import plan
 
-interrupts.install("the same command")  # as the studies/*.py scripts do (sptune.experiments_cli.main)
+interrupts.install("the same command")  # as the studies/*.py scripts do (sptune.cli.experiment.main)
 try:
     print("FAILED", run_experiment(sys.argv[1], plan(), Options(max_concurrent=1, extend_grids=False)), flush=True)
 except KeyboardInterrupt as stop:
@@ -44,7 +44,7 @@ except KeyboardInterrupt as stop:
 
 
 def plan():
-    from sptune.experiments.plan import Cell, Plan
+    from sptune.experiment.plan import Cell, Plan
 
     cells = [Cell(key=key, labels={"seed": i}, space=SPACE,
                   overrides=("task.name=listops-mini", "model.name=transformer", f"run.seed={i}", *TINY, *LONG))
@@ -106,8 +106,8 @@ REFERENCE = {}  # the uninterrupted run's numbers, computed once for both signal
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
 def test_a_killed_experiment_resumes_with_an_uninterrupted_runs_numbers(sig, tmp_path, ray_instance):  # noqa: F811
-    from sptune.experiments.run import run_experiment
-    from sptune.tune.options import Options
+    from sptune.experiment.backends import run_experiment
+    from sptune.search.options import Options
 
     killed = tmp_path / "killed"
     tag = session.ray_tag(killed)

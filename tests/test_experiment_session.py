@@ -25,10 +25,10 @@ from pathlib import Path
 
 import ray
 
-from sptune.experiments.plan import Cell, Plan, fixed_space
-from sptune.experiments.run import run_experiment
-from sptune.tune.engine import session
-from sptune.tune.options import Options
+from sptune.experiment.plan import Cell, Plan, fixed_space
+from sptune.experiment.backends import run_experiment
+from sptune.experiment.engine import session
+from sptune.search.options import Options
 
 experiment_dir = Path(sys.argv[1])
 cell = Cell(key="scratch-s0", labels={"task": "listops-mini", "model": "transformer", "seed": 0},

@@ -9,12 +9,12 @@ from ray_fixtures import CONFIG, TINY, ray_instance  # noqa: F401 (fixture)
 from test_tune import new_study
 
 from sptune import files
-from sptune.tune.records import studies, results, study_state
-from sptune.tune.trials import resources, trainable
-from sptune.tune.engine import search
-from sptune.tune import spaces
-from sptune.tune.engine import driver
-from sptune.cli import main
+from sptune.records import studies, results, study_state
+from sptune.trials import resources, trainable
+from sptune.search import searcher as search
+from sptune.search import spaces
+from sptune.experiment.engine import driver
+from sptune.cli.main import main
 from sptune.config import load as load_config
 from sptune.errors import UserError
 
@@ -72,8 +72,8 @@ def failing_trainable(params, spec):
     first eval past step 20 in the first attempt only (a later attempt, the retry, runs through)."""
     import torch
 
-    from sptune import train
-    from sptune.tune.trials import trainable as tr
+    from sptune.run import train
+    from sptune.trials import trainable as tr
 
     original = train.run_stage
 
@@ -144,7 +144,7 @@ def test_oom_is_final_and_a_crash_is_failed_then_retried_from_its_checkpoint(tmp
     assert "more than --max-failures 0" in row["reason"]  # spent: the retries --max-failures allows
     assert "failed: scratch" in results.summary(study_dir) and "injected crash" in results.summary(study_dir)
     results.write_csv([row], study_dir / "results.csv")
-    assert ',failed,"sptune.tune.trials.retries.RetriesSpent: crashed 1 times, more than --max-failures 0; ' \
+    assert ',failed,"sptune.trials.retries.RetriesSpent: crashed 1 times, more than --max-failures 0; ' \
            'the last: RuntimeError: injected crash",' in (study_dir / "results.csv").read_text()
     assert hparams_status(row["run_dir"]) == "failure"
 

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from sptune import cli  # noqa: E402
+from sptune.cli import main as cli  # noqa: E402
 from sptune.errors import UserError  # noqa: E402
 from sptune.tasks import files  # noqa: E402
 from sptune.tasks.base import PAD_ID  # noqa: E402

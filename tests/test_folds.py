@@ -10,8 +10,9 @@ from sptune import folds, protocol
 from sptune.config import load as load_config
 from sptune.errors import UserError
 from sptune.tasks.base import Split
-from sptune.tune import spaces
-from sptune.tune.records import boundary, bracketing, studies
+from sptune.search import spaces
+from sptune.search import boundary, bracketing
+from sptune.records import studies
 
 
 def splits(n_train=23, n_val=9, classes=3):

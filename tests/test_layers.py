@@ -10,26 +10,26 @@ PACKAGE = Path(__file__).resolve().parents[1] / "sptune"
 
 # Bottom to top. A module belongs to the first entry that is its name or a package above it.
 LAYERS = [
-    ["sptune.errors", "sptune.files", "sptune.atomic", "sptune.config", "sptune.stats", "sptune.selection",
-     "sptune.multiplier", "sptune.output", "sptune.flops", "sptune.utilization", "sptune.pairs",
-     "sptune.checkpoints", "sptune.rng_state", "sptune.folds",
-     "sptune.cpu_kernels", "sptune.power", "sptune.sequential"],  # pure helpers: no task, model, training, Ray
+    ["sptune.errors", "sptune.files", "sptune.atomic", "sptune.config", "sptune.selection", "sptune.output",
+     "sptune.flops", "sptune.utilization", "sptune.folds", "sptune.cpu_kernels", "sptune.run.checkpoints",
+     "sptune.run.rng_state", "sptune.report.stats", "sptune.report.multiplier", "sptune.report.pairs",
+     "sptune.report.power", "sptune.report.sequential"],  # pure helpers: no task, model, training, Ray
     ["sptune.protocol"],  # the SPT protocol's order and selection rule (plain runs and the engine ask it)
-    ["sptune.tasks", "sptune.models", "sptune.objectives"],
+    ["sptune.tasks", "sptune.models", "sptune.run.objectives"],
     ["sptune.plugins"],  # names -> a researcher's code: import paths, entry points, register_* (no sptune code)
     # names -> code (built-ins first), a layer's contract, a run's identity (its layer's source included)
-    ["sptune.registry", "sptune.layer_contract", "sptune.fingerprint", "sptune.build", "sptune.data",
-     "sptune.baselines", "sptune.runs"],
-    ["sptune.train_setup", "sptune.provenance", "sptune.train"],  # the stage functions, no Ray
-    ["sptune.tune.trials"],  # one trial on a worker: trainable, resources, failures, outcomes
-    # what a search is asked for
-    ["sptune.tune.spaces", "sptune.tune.options", "sptune.tune.loggers", "sptune.tune.wandb_logging"],
-    ["sptune.tune.records"],  # study state, trial rows, results, seeds, layout: files, no Tune loop
-    ["sptune.tune.engine", "sptune.tune"],  # the one Ray driver: searcher and scheduler routing, signals
-    ["sptune.experiments", "sptune.doctor", "sptune.budget"],
+    ["sptune.registry", "sptune.layer_contract", "sptune.run.fingerprint", "sptune.build", "sptune.run.data",
+     "sptune.baselines", "sptune.run.runs"],
+    ["sptune.run"],  # one stage trained once: the stage functions, no Ray
+    ["sptune.trials"],  # one trial on a worker: entry point, trainable, retries, resources, failures
+    ["sptune.search.spaces", "sptune.search.options", "sptune.trackers"],  # what a search is asked for
+    # the folders a run leaves (study state, trial rows, results, storage) and the searches over them: files and
+    # Optuna, no Tune loop
+    ["sptune.records", "sptune.search", "sptune.report.curves", "sptune.report.search_plots"],
+    ["sptune.experiment.engine"],  # the one Ray driver: cells, searcher and scheduler routing, signals
+    ["sptune.experiment", "sptune.report", "sptune.doctor"],  # experiments of cells; their tables and figures
     ["sptune.api"],
-    ["sptune.cli", "sptune.data_cli", "sptune.study_cli", "sptune.experiments_cli", "sptune.power_cli",
-     "sptune"],  # command lines
+    ["sptune.cli", "sptune"],  # command lines
 ]
 
 
@@ -103,7 +103,7 @@ def test_no_import_circle():
     assert circles(GRAPH) == []
 
 
-@pytest.mark.parametrize("low, high", [("sptune.tune.records.results", "sptune.api"), ("sptune.train", "sptune.tune.trials.trainable")])
+@pytest.mark.parametrize("low, high", [("sptune.records.results", "sptune.api"), ("sptune.run.train", "sptune.trials.trainable")])
 def test_the_check_sees_a_function_level_import_that_points_up(low, high):
     """The checks catch what they are for: an upward import added inside a function, and the circle it makes."""
     graph = {module: set(targets) for module, targets in GRAPH.items()}
@@ -113,15 +113,15 @@ def test_the_check_sees_a_function_level_import_that_points_up(low, high):
 
 
 def test_imports_inside_functions_are_read():
-    assert "sptune.tune.records.studies" in imports_of("sptune.study_cli")  # imported only inside cmd_plan and others
+    assert "sptune.records.studies" in imports_of("sptune.cli.study")  # imported only inside cmd_plan and others
 
 
 def test_reading_a_search_space_imports_neither_ray_nor_optuna():
-    """The search-space format (sptune.tune.spaces) is separate from Tune's searcher (sptune.tune.engine.search)."""
+    """The search-space format (sptune.search.spaces) is separate from Tune's searcher (sptune.search.searcher)."""
     import subprocess
     import sys
 
-    code = ("import sys; from sptune.tune import spaces; spaces.load(spaces.default_path('shapes-tiny', 'transformer')); "
+    code = ("import sys; from sptune.search import spaces; spaces.load(spaces.default_path('shapes-tiny', 'transformer')); "
             "print(sorted(m for m in ('ray', 'optuna') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PACKAGE.parent, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr[-2000:]
@@ -141,13 +141,16 @@ def test_one_file_constructs_or_restores_a_tuner():
     """One Ray driver: the engine's driver is the only place a Tune run is made or restored."""
     makers = {m for m in MODULES if any(c.split(".")[-1] == "Tuner" or c.endswith("Tuner.restore")
                                         for c in calls_in(m))}
-    assert makers == {"sptune.tune.engine.driver"}
+    assert makers == {"sptune.experiment.engine.driver"}
+
+
+RAY_LAYER = ("sptune.trials", "sptune.search", "sptune.records", "sptune.experiment.engine")
 
 
 def test_the_ray_layer_starts_no_threads_but_the_storage_uploads():
     """Tune runs in the main thread of the driver (signals reach one handler there): no stage threads. The one
     exception is durable storage, whose pushes must never block or raise into Tune's loop: its uploader thread
     and the uploads it overlaps touch files and the storage only."""
-    assert {m for m in MODULES if m.startswith("sptune.tune") and
+    assert {m for m in MODULES if m.startswith(RAY_LAYER) and
             any(c.split(".")[-1] in ("Thread", "ThreadPoolExecutor") for c in calls_in(m))} == {
-        "sptune.tune.engine.mirroring", "sptune.tune.records.storage"}
+        "sptune.experiment.engine.mirroring", "sptune.records.storage"}

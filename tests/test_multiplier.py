@@ -1,11 +1,11 @@
 """Data multiplier: synthetic curves with a known answer, bounds outside the measured range, the interval (an
-inverted paired t-test, checked by hand and against sptune.stats), and no interval where none is valid."""
+inverted paired t-test, checked by hand and against sptune.report.stats), and no interval where none is valid."""
 
 import math
 
 import pytest
 
-from sptune import multiplier, stats
+from sptune.report import multiplier, stats
 
 FRACTIONS = [0.05, 0.1, 0.2, 0.4, 0.8]
 

@@ -2,8 +2,8 @@
 
 import torch
 
-from sptune.data import step_draw
-from sptune.objectives import Metric, causal_denoising, denoising_loss, masked_denoising
+from sptune.run.data import step_draw
+from sptune.run.objectives import Metric, causal_denoising, denoising_loss, masked_denoising
 from sptune.tasks.base import MASK_ID
 
 

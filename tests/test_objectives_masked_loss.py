@@ -5,8 +5,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sptune import objectives
-from sptune.objectives import Denoising, denoising_loss, indexed_loss, sync_free_loss
+from sptune.run import objectives
+from sptune.run.objectives import Denoising, denoising_loss, indexed_loss, sync_free_loss
 from sptune.tasks.base import MASK_ID
 
 

@@ -1,4 +1,4 @@
-"""One typed option set (sptune.tune.options.Options) from the command line and the Python API alike."""
+"""One typed option set (sptune.search.options.Options) from the command line and the Python API alike."""
 
 import argparse
 
@@ -6,7 +6,7 @@ import pytest
 
 import sptune
 from sptune.errors import UserError
-from sptune.tune import options
+from sptune.search import options
 
 
 def test_api_fields_by_name_replace_the_given_options():

@@ -14,8 +14,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 # Where the demo task's default search space resolves, and where the installed package data is.
 # The experiments read a config through the package (settings.cpu_overrides: the main job's cells).
-PROBE = ("from sptune.experiments import settings; print(settings.cpu_overrides('transformer')[:1]); "
-         "from sptune.tune import spaces; print(spaces.default_path('listops-mini', 'transformer').resolve()); "
+PROBE = ("from sptune.experiment import settings; print(settings.cpu_overrides('transformer')[:1]); "
+         "from sptune.search import spaces; print(spaces.default_path('listops-mini', 'transformer').resolve()); "
          "print(spaces.installed_search_spaces().resolve())")
 
 
@@ -112,7 +112,7 @@ def test_a_study_script_plans_and_a_layer_package_evaluates_from_installed_wheel
     probe_code = ("import sptune, longconv, sys; print(sptune.__file__, longconv.__file__); "
                   "sys.argv = ['sptune', 'evaluate', '--model', 'longconv', '--task', 'files', '--task-path', "
                   f"'{data}', '--baselines', 'transformer', '--smoke', '--dir', 'evaluated']; "
-                  "from sptune.cli import main; sys.exit(main())")
+                  "from sptune.cli.main import main; sys.exit(main())")
     proc = subprocess.run([sys.executable, "-c", probe_code], cwd=elsewhere, env=env, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -14,10 +14,10 @@ from ray_fixtures import CONFIG, TINY, sptune_env
 
 from sptune import config
 from sptune.errors import UserError
-from sptune.tune import spaces
-from sptune.tune.options import Options
-from sptune.tune.records import studies
-from sptune.tune.trials import resources, trainable
+from sptune.search import spaces
+from sptune.search.options import Options
+from sptune.records import studies
+from sptune.trials import resources, trainable
 
 GIB = 2**30
 
@@ -135,10 +135,10 @@ PACKED_STUDY = """
 import json, sys, time
 from pathlib import Path
 import ray
-from sptune.tune.engine import driver
-from sptune.tune.options import Options
-from sptune.tune.records import studies
-from sptune.tune.trials import trainable
+from sptune.experiment.engine import driver
+from sptune.search.options import Options
+from sptune.records import studies
+from sptune.trials import trainable
 
 def all_four_at_once(params, spec):
     # A scratch trial trains only once all four have started: the study ends only if they run together.

@@ -9,9 +9,9 @@ from study_scripts import load_study
 from sptune.config import STAGES
 from sptune import config
 from sptune.registry import TASKS
-from sptune.experiments import paper, paper_files, sizing
-from sptune.tune.records import studies
-from sptune.tune import spaces
+from sptune.experiment import paper, paper_files, sizing
+from sptune.records import studies
+from sptune.search import spaces
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = paper_files.shipped()
@@ -28,10 +28,10 @@ IDS = [f"{task}/{model}" for task, model in SHIPPED]
 def test_files_are_generated_from_the_table():
     wanted = paper_files.files()
     stale = [path for path, text in wanted.items() if not (REPO / path).is_file() or (REPO / path).read_text() != text]
-    assert not stale, f"run `python -m sptune.experiments.paper_files` (differ from the table: {stale})"
+    assert not stale, f"run `python -m sptune.experiment.paper_files` (differ from the table: {stale})"
     on_disk = {str(p.relative_to(REPO)) for p in [*(REPO / "configs").glob("*.yaml"),
                                                   *(REPO / "search_spaces").glob("*/*.yaml")]}
-    assert on_disk - DEMO == set(wanted), "a hand-written paper config: put its values into sptune/experiments/paper.py"
+    assert on_disk - DEMO == set(wanted), "a hand-written paper config: put its values into sptune/experiment/paper.py"
 
 
 def test_every_paper_task_and_model_has_a_config_and_a_search_space():
@@ -123,7 +123,7 @@ def test_model_sizes_study_searches_its_own_table4_rotary_point(monkeypatch):
 
 @pytest.mark.parametrize("present", [True, False])
 def test_lra_table_runs_the_lra_release_listops_when_present(present, monkeypatch, capsys):
-    from sptune import data_cli
+    from sptune.cli import data as data_cli
 
     monkeypatch.setattr(data_cli, "verify_task", lambda name: [] if present else [f"missing {name}"])
     plan = load_study("lra_table").build(argparse.Namespace(smoke_test=False, seeds=[0]))

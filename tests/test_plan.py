@@ -9,10 +9,12 @@ import pytest
 import torch
 import yaml
 
-from sptune import budget, config, doctor, train, train_setup
-from sptune.cli import main
-from sptune.tune.records import studies
-from sptune.tune import spaces
+from sptune.experiment import budget
+from sptune import config, doctor
+from sptune.run import train, train_setup
+from sptune.cli.main import main
+from sptune.records import studies
+from sptune.search import spaces
 
 ROOT = Path(__file__).resolve().parents[1]
 

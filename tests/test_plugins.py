@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from sptune import cli, config, fingerprint, plugins, registry
+from sptune.cli import main as cli
+from sptune import config, plugins, registry
+from sptune.run import fingerprint
 from sptune.build import build_task_model
 from sptune.errors import UserError
 
@@ -92,7 +94,7 @@ def test_an_import_path_builds_inside_the_shared_backbone(layers):
     mixers = [block.mixer for block in model.backbone.blocks]
     assert len(mixers) == cfg.model.n_layers and all(type(m).__name__ == "Conv" for m in mixers)
     assert mixers[0].conv.kernel_size == (5,)
-    from sptune.train_setup import make_optimizer  # the layer's own optimizer settings are honoured
+    from sptune.run.train_setup import make_optimizer  # the layer's own optimizer settings are honoured
 
     optimizer = make_optimizer(model, cfg.optim)
     assert any(group["lr"] == 0.123 for group in optimizer.param_groups)
@@ -101,7 +103,7 @@ def test_an_import_path_builds_inside_the_shared_backbone(layers):
 
 
 def test_options_are_searched_and_fingerprinted_like_any_key(layers):
-    from sptune.tune import spaces
+    from sptune.search import spaces
 
     spaces.check_value("stages.finetune", "model.options.width", 5)  # a searchable key
     base = checked("model.name=my_layers:make")
@@ -307,7 +309,7 @@ def test_flops_of_a_layer_that_needs_values_are_counted_on_cpu(layers, caplog):
 
 
 def test_the_paper_grid_fits_the_training_split():
-    from sptune.tune import spaces
+    from sptune.search import spaces
 
     small = spaces.paper_space("files", "my_layers:make", 159)
     assert small.stages["finetune"].params == {"optim.lr": spaces.PAPER_LRS, "optim.batch_size": [8, 32]}

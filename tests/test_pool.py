@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 from study_scripts import load_study
-from sptune import experiments_cli, stats
-from sptune.cli import main
+from sptune.cli import experiment as experiments_cli
+from sptune.report import stats
+from sptune.cli.main import main
 from sptune.errors import UserError
-from sptune.experiments import pool, report
-from sptune.experiments.plan import load_plan, save_plan
+from sptune.report import pool, tables as report
+from sptune.experiment.plan import load_plan, save_plan
 
 REPO = Path(__file__).resolve().parents[1]
 ARMS = {("Transformer", "scratch"): 0.40, ("Transformer", "masked"): 0.47, ("S4D", "scratch"): 0.74,

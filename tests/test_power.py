@@ -1,4 +1,4 @@
-"""Seeds you can plan (sptune.power, `sptune power`): the paired t-test's power against textbook answers and the
+"""Seeds you can plan (sptune.report.power, `sptune power`): the paired t-test's power against textbook answers and the
 kept confirmations' records, and the minimum detectable effect the architecture report prints beside an
 undecided interval."""
 
@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from sptune import power, stats
-from sptune.cli import main
-from sptune.experiments import architectures, endpoints, pilots
+from sptune.report import power, stats
+from sptune.cli.main import main
+from sptune.report import architectures
+from sptune.experiment import endpoints, pilots
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDS = REPO / "docs" / "records"

@@ -1,4 +1,4 @@
-"""Node losses retried without limit, other crashes --max-failures times (sptune.tune.engine.preemption).
+"""Node losses retried without limit, other crashes --max-failures times (sptune.experiment.engine.preemption).
 
 The classification and Tune's count, without Ray; then a study on Ray's fake multi-node provider under
 autoscaler v2 (`ray up`'s default, test_autoscaling.fake_cluster) with --max-failures 1: a pretraining
@@ -23,10 +23,10 @@ from ray_fixtures import CONFIG
 from test_autoscaling import fake_cluster, kill_node, worker_raylets
 
 from sptune import atomic, files
-from sptune.tune.engine import preemption
-from sptune.tune.records import results, studies
-from sptune.tune.trials import retries
-from sptune.tune.trials.trainable import LINEAGE_KEY, trial_run_dir
+from sptune.experiment.engine import preemption
+from sptune.records import results, studies
+from sptune.trials import retries
+from sptune.trials.trainable import LINEAGE_KEY, trial_run_dir
 
 
 # ----------------------------------------------------------------------------- without Ray

@@ -16,8 +16,8 @@ import pytest
 from optuna.trial import TrialState
 from ray.tune.search import ConcurrencyLimiter, Searcher
 
-from sptune.tune.engine import search
-from sptune.tune import spaces
+from sptune.search import searcher as search
+from sptune.search import spaces
 
 GRID = {"stages": {"pretrain": {"params": {"optim.lr": [1e-3, 1e-4], "optim.batch_size": [8]}}}}
 

@@ -45,7 +45,7 @@ PROCESS = re.compile(r"""
 UPSTREAM = re.compile(r"""
       github\.com/[\w.-]+/[\w.-]+/(?:[i]ssues|pull)/\d+   # a link to an upstream thread
     | \b[\w.-]+/[\w.-]+\#\d+                               # owner/repo#123
-    | Please\ file\ an\ [i]ssue                            # torch's load error (sptune/checkpoints.py drops it)
+    | Please\ file\ an\ [i]ssue                            # torch's load error (sptune/run/checkpoints.py drops it)
     | "Version":\s*"2012-10-17"                           # AWS's IAM policy-language version, not a date of ours
 """, re.VERBOSE)
 
@@ -60,7 +60,7 @@ TECHNICAL_SESSION = re.compile(r"""
     | session_start | session_end | SessionEndInfo | _hparams_   # ... and their summaries' tags
     | start_new_session | process\ group       # a POSIX session (subprocess's start_new_session)
     | (?i:python\ session)                      # an interactive Python session
-    | engine\.session | \bsession\.py\b        # sptune.tune.engine.session, the module that joins Ray ...
+    | engine\.session | \bsession\.py\b        # sptune.experiment.engine.session, the module that joins Ray ...
     | \bimport\b[^#]*\bsession\b | \bsession\.\w    # ... imported, or one of its functions called
     | [A-Z]\w*Session\b | \bSession[A-Z(.]     # a class named after one (SessionEndInfo, tf.Session(...))
 """, re.VERBOSE)
@@ -164,7 +164,7 @@ def test_the_check_can_fail(tmp_path):
     clean = ('"""A module that joins Ray."""\n'
              "import ray\n"
              "ray.init(address='auto')  # joins the Ray session\n"
-             "from sptune.tune.engine import session\n"
+             "from sptune.experiment.engine import session\n"
              "session.stop_processes([])\n"
              "DAY = '2026" "-12-01'  # a date in code is data\n"
              "BOILERPLATE = ('Please file an " "issue',)  # torch's own message\n"

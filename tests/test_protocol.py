@@ -1,6 +1,7 @@
 """The protocol as single runs (train.run_protocol): `sptune compare` and the experiments' plain backend."""
 
-from sptune import atomic, files, train
+from sptune import atomic, files
+from sptune.run import train
 
 
 def fake_stage(calls, statuses):

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from sptune import config, files, provenance, registry, runs, train
+from sptune import config, files, registry
+from sptune.run import provenance, runs, train
 from sptune.build import build_task_model
 from sptune.models import transformer
 from test_transformer import fake_flash_attn

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sptune.cli import build_parser
+from sptune.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]

@@ -5,9 +5,11 @@ import argparse
 import numpy as np
 import pytest
 
-from sptune import config, experiments_cli, fingerprint, registry
+from sptune import config, registry
+from sptune.cli import experiment as experiments_cli
+from sptune.run import fingerprint
 from sptune.errors import UserError
-from sptune.experiments.plan import Cell, Plan
+from sptune.experiment.plan import Cell, Plan
 
 
 @pytest.fixture(autouse=True)

@@ -19,9 +19,9 @@ from ray_fixtures import sptune_env
 
 from sptune.config import STAGES
 from sptune import files
-from sptune.tune.records import results
-from sptune.tune.engine import session
-from sptune.tune.records import journal
+from sptune.records import results
+from sptune.experiment.engine import session
+from sptune.search import journal
 
 pytestmark = pytest.mark.slow
 

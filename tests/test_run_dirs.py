@@ -9,10 +9,11 @@ import pytest
 import torch
 from reproducibility import assert_reproduces
 
-from sptune import config, files, fingerprint, train
-from sptune.runs import identify, run_dir_of
-from sptune.tune.records import results
-from sptune.cli import main
+from sptune import config, files
+from sptune.run import fingerprint, train
+from sptune.run.runs import identify, run_dir_of
+from sptune.records import results
+from sptune.cli.main import main
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["model.d_model=16", "model.n_layers=1", "model.n_heads=2", "model.d_ff=16", "optim.batch_size=8",
@@ -75,7 +76,7 @@ def test_readme_example_names_the_directory_pretrain_makes():
     cfg, fp = identify(config.load(REPO / "configs" / "listops_mini_transformer.yaml", stage="pretrain"),
                              "pretrain")
     made = str(run_dir_of(cfg, "pretrain", fp))
-    for path in ("docs/single-runs.md", "configs/listops_mini_transformer.yaml", "sptune/cli.py"):
+    for path in ("docs/single-runs.md", "configs/listops_mini_transformer.yaml", "sptune/cli/main.py"):
         named = re.findall(r"--from (runs/\S+)", (REPO / path).read_text())
         assert named and all(name == made for name in named), (path, named, made)
 
@@ -225,7 +226,7 @@ def test_study_trial_with_a_damaged_checkpoint_fails_with_the_reason(runs, tmp_p
     import ray
     from ray import tune as ray_tune
 
-    from sptune.tune.trials import trainable
+    from sptune.trials import trainable
 
     reports = []
 

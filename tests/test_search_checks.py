@@ -1,13 +1,13 @@
-"""The search checks under every tune-backed experiment's table (sptune.experiments.search_checks): grid extensions,
+"""The search checks under every tune-backed experiment's table (sptune.report.search_checks): grid extensions,
 selections at an edge of the grid each study searched, and selected trials whose best step came late."""
 
 from study_scripts import load_study
 from sptune import atomic, files
-from sptune import experiments_cli as cli
-from sptune.experiments import search_checks
-from sptune.experiments.run import create_cell_study
-from sptune.tune.options import Options
-from sptune.tune.records import study_state
+from sptune.cli import experiment as cli
+from sptune.report import search_checks
+from sptune.experiment.backends import create_cell_study
+from sptune.search.options import Options
+from sptune.records import study_state
 
 
 def architectures_cells(tmp_path, backend="tune"):

@@ -8,11 +8,11 @@ import pytest
 from ray_fixtures import CONFIG, TINY, ray_instance, sptune_env  # noqa: F401 (fixture)
 
 from sptune import files
-from sptune.cli import main
-from sptune.tune.records import studies
-from sptune.tune.engine import session
-from sptune.tune.records import seeds
-from sptune.tune.engine import driver
+from sptune.cli.main import main
+from sptune.records import studies
+from sptune.experiment.engine import session
+from sptune.records import seeds
+from sptune.experiment.engine import driver
 from test_tune import write_space
 
 CLI_TINY = [*TINY, "run.progress=false"]

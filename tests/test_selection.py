@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from sptune import checkpoints, config, runs, selection, train
+from sptune.run import checkpoints, runs, train
+from sptune import config, selection
 from sptune.build import build_pretrain_model, build_task_model
 from sptune.registry import get_task
 

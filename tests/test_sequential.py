@@ -1,4 +1,4 @@
-"""Group-sequential looks at the seeds (sptune.sequential, `sptune design`, `sptune report` with a design): the
+"""Group-sequential looks at the seeds (sptune.report.sequential, `sptune design`, `sptune report` with a design): the
 bounds against published ones, the error rates by simulation, and the decision on the kept confirmations."""
 
 import json
@@ -9,10 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sptune import sequential
-from sptune.cli import main
+from sptune.report import sequential
+from sptune.cli.main import main
 from sptune.errors import UserError
-from sptune.experiments import endpoints, looks, pilots, report
+from sptune.experiment import endpoints, looks, pilots
+from sptune.report import tables as report
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDS = REPO / "docs" / "records"

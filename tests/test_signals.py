@@ -1,4 +1,4 @@
-"""One signal path (sptune.tune.engine.interrupts): Ctrl-C (SIGINT) or SIGTERM at any moment of a study stops
+"""One signal path (sptune.experiment.engine.interrupts): Ctrl-C (SIGINT) or SIGTERM at any moment of a study stops
 it, saves what the resume needs, prints the resume command and exits 130 or 143; a second one exits at once.
 
 The moments: before Ray starts, during selection (inside Tune's loop), while writing the report (after it),
@@ -17,10 +17,10 @@ import yaml
 from ray_fixtures import CONFIG, TINY, ray_instance  # noqa: F401 (fixture)
 
 from sptune import files
-from sptune.cli import main
+from sptune.cli.main import main
 from sptune.config import STAGES
-from sptune.tune.engine import interrupts
-from sptune.tune.records import results, studies
+from sptune.experiment.engine import interrupts
+from sptune.records import results, studies
 
 
 @pytest.fixture
@@ -58,7 +58,7 @@ def test_inside_tunes_loop_a_signal_only_asks_the_loop_to_stop(handlers):
 def test_a_second_signal_exits_at_once():
     code = textwrap.dedent("""
         import os, signal, threading, time
-        from sptune.tune.engine import interrupts
+        from sptune.experiment.engine import interrupts
         interrupts.install("sptune resume X")
         with interrupts.deferred_to(threading.Event()):
             os.kill(os.getpid(), signal.SIGINT)

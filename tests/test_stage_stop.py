@@ -6,7 +6,7 @@ import signal
 import pytest
 import ray.cloudpickle as cloudpickle
 
-from sptune.tune.engine import stopping
+from sptune.experiment.engine import stopping
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""sptune.stats: the paired Student-t interval every multi-seed output uses, against hand-computed values."""
+"""sptune.report.stats: the paired Student-t interval every multi-seed output uses, against hand-computed values."""
 
 import math
 import random
@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from sptune import pairs, stats
+from sptune.report import pairs, stats
 from sptune.errors import UserError
 
 

@@ -21,8 +21,8 @@ from s3_server import S3Server
 from s3_server import held as remote
 
 from sptune.errors import UserError
-from sptune.tune.engine import interrupts, mirroring, stopping
-from sptune.tune.records import storage
+from sptune.experiment.engine import interrupts, mirroring, stopping
+from sptune.records import storage
 
 TESTS = Path(__file__).parent
 
@@ -63,7 +63,7 @@ def study_folder(tmp_path, trials=6):
 # ----------------------------------------------------------------------------- a push cut short
 KILLED_PUSH = """
 import os, signal, sys
-from sptune.tune.records import storage
+from sptune.records import storage
 
 where = sys.argv[2]
 if where == "after_deletes":  # the storage has lost the files, the manifest still lists them

@@ -9,14 +9,16 @@ import pytest
 import torch
 
 from study_scripts import load_study
-from sptune import atomic, config, files, train
-from sptune.data import train_fraction
+from sptune import atomic, config, files
+from sptune.run import train
+from sptune.run.data import train_fraction
 from sptune.models.s4 import S4Layer
-from sptune import experiments_cli as cli
-from sptune.experiments import kernel_analysis, paper, report, settings, sizing
+from sptune.cli import experiment as cli
+from sptune.report import kernel_analysis, tables as report
+from sptune.experiment import paper, settings, sizing
 from sptune.errors import UserError
-from sptune.experiments.plan import Cell, Plan, load_plan, plain_point, repo_space, save_plan
-from sptune.tune.records import results
+from sptune.experiment.plan import Cell, Plan, load_plan, plain_point, repo_space, save_plan
+from sptune.records import results
 from sptune.tasks.base import Split
 
 # ----------------------------------------------------------------------------- sizing (Appendix E)
@@ -162,7 +164,7 @@ def test_each_variant_of_a_study_has_its_own_default_directory():
 
 
 def test_added_cells_get_a_new_tune_run_and_a_resume_restores_the_last(tmp_path):
-    from sptune.tune.engine.driver import tune_run_name
+    from sptune.experiment.engine.driver import tune_run_name
 
     assert tune_run_name(tmp_path, ["a", "b"]) == "experiment"
     assert tune_run_name(tmp_path, ["b"]) == "experiment"  # a resumes: a finished, b not yet
@@ -174,10 +176,10 @@ def test_added_cells_get_a_new_tune_run_and_a_resume_restores_the_last(tmp_path)
 def test_a_restored_run_places_the_trials_of_cells_that_finished_since_it_began(tmp_path):
     """Tune's restore re-adds every trial it recorded and asks each for its resources: a cell that finished
     after the run began (so the resume no longer passes it) still needs its placement (KeyError before)."""
-    from sptune.tune.engine.cells import open_cells
-    from sptune.tune.engine.driver import cell_placements, served_cells, served_dirs, trial_placement, tune_run_name
-    from sptune.tune.records import studies
-    from sptune.tune.trials.trainable import LINEAGE_KEY
+    from sptune.experiment.engine.cells import open_cells
+    from sptune.experiment.engine.driver import cell_placements, served_cells, served_dirs, trial_placement, tune_run_name
+    from sptune.records import studies
+    from sptune.trials.trainable import LINEAGE_KEY
 
     cells, repo = tmp_path / "cells", Path(__file__).resolve().parents[1]
     for key, cpus in (("a", 1), ("b", 2)):
@@ -195,10 +197,10 @@ def test_the_engine_proposes_seed_by_seed_so_a_stopped_batch_keeps_whole_seeds(t
     before the next cell's, its pretraining `lookahead` cells early: a batch stopped part-way has whole seeds
     but for a few cells' pretraining, not every cell part-way. (Stage-major proposal, before: every pretraining
     trial, then every scratch trial.)"""
-    from sptune.experiments.run import seed_rank
-    from sptune.tune.engine.driver import CellsSearcher, proposal_order
-    from sptune.tune.records import studies
-    from sptune.tune.trials.trainable import LINEAGE_KEY
+    from sptune.experiment.backends import seed_rank
+    from sptune.experiment.engine.driver import CellsSearcher, proposal_order
+    from sptune.records import studies
+    from sptune.trials.trainable import LINEAGE_KEY
 
     plan_order = [Cell(f"{model}-s{seed}", {"model": model, "seed": seed}, ()) for model in ("t", "s4")
                   for seed in (2, 1)] + [Cell("no-seed", {}, ())]
@@ -225,7 +227,7 @@ def test_the_engine_proposes_seed_by_seed_so_a_stopped_batch_keeps_whole_seeds(t
 def test_pretraining_is_proposed_as_many_cells_early_as_one_wave_of_the_clusters_slots_holds():
     """The SPT arm is the longer chain: with 8 one-CPU slots and 2 pretraining trials a cell at once, 4 cells'
     pretraining fill a wave; a GPU-packed trial counts slots by its scarcest resource; never less than 1."""
-    from sptune.tune.engine.driver import cells_ahead
+    from sptune.experiment.engine.driver import cells_ahead
 
     assert cells_ahead({"CPU": 8.0}, {"CPU": 1.0}, max_concurrent=2) == 4
     assert cells_ahead({"CPU": 2.0}, {"CPU": 1.0}, max_concurrent=2) == 1
@@ -243,9 +245,9 @@ def test_pending_trials_start_in_proposal_order_so_a_cells_finetuning_does_not_w
 
     from ray.tune.experiment import Trial
 
-    from sptune.tune.engine.driver import proposal_order, start_rank
-    from sptune.tune.engine.routing import GroupScheduler
-    from sptune.tune.trials.trainable import LINEAGE_KEY
+    from sptune.experiment.engine.driver import proposal_order, start_rank
+    from sptune.experiment.engine.routing import GroupScheduler
+    from sptune.trials.trainable import LINEAGE_KEY
 
     def trial(cell, stage, status=Trial.PENDING):
         return SimpleNamespace(config={LINEAGE_KEY: {"cell": cell, "stage": stage}}, status=status)
@@ -269,8 +271,8 @@ def test_each_groups_callbacks_see_only_their_own_groups_trials():
 
     from ray.tune import Callback
 
-    from sptune.tune.engine.routing import GroupCallbacks
-    from sptune.tune.trials.trainable import LINEAGE_KEY
+    from sptune.experiment.engine.routing import GroupCallbacks
+    from sptune.trials.trainable import LINEAGE_KEY
 
     seen = []
 
@@ -406,7 +408,7 @@ def test_spt_gains_per_model_and_column_are_paired_by_seed(tmp_path):
 
 
 def test_model_sizes_at_cpu_scale_is_the_main_jobs_setting_at_three_sizes():
-    from sptune.experiments import settings
+    from sptune.experiment import settings
 
     module = load_study("model_sizes")
     plan = module.build(cli.parse_args("", ["--cpu"], extra=module.add_flags))
@@ -422,7 +424,7 @@ def test_model_sizes_at_cpu_scale_is_the_main_jobs_setting_at_three_sizes():
 
 
 def test_data_fractions_at_cpu_scale_is_the_main_jobs_setting_and_the_first_report_stays_reproducible():
-    from sptune.experiments import settings
+    from sptune.experiment import settings
 
     module = load_study("data_fractions")
     plan = module.build(cli.parse_args("", ["--cpu"], extra=module.add_flags))
@@ -446,7 +448,7 @@ def test_data_fractions_at_cpu_scale_is_the_main_jobs_setting_and_the_first_repo
 
 
 def test_spt_ratio_at_cpu_scale_splits_the_main_jobs_spt_total_and_searches_every_stage():
-    from sptune.experiments import settings
+    from sptune.experiment import settings
 
     module = load_study("spt_ratio")
     plan = module.build(cli.parse_args("", ["--cpu"], extra=module.add_flags))
@@ -510,7 +512,7 @@ REAL_CELLS = {"lra_table": 111, "data_fractions": 36, "model_sizes": 30, "spt_ra
                                    "architectures --compute-tied --seeds 1 2", "model_sizes --cpu"])
 def test_real_grid_builds_valid_configs_and_search_spaces(study):
     """The paper's grid of every script resolves: every stage's config validates, every space parses."""
-    from sptune.tune import spaces
+    from sptune.search import spaces
 
     script, *argv = study.split()
     module = load_study(script)

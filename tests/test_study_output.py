@@ -16,13 +16,14 @@ from ray_fixtures import CONFIG, REPO, TINY, ray_instance, sptune_env  # noqa: F
 from sptune.config import STAGES
 import sptune
 from sptune import files, output
-from sptune.tune import loggers, spaces
-from sptune.tune.records import studies, results, study_state
-from sptune.tune.engine import search
-from sptune.tune.trials import trainable
-from sptune.tune.engine import driver
-from sptune.tune.records import journal
-from sptune.cli import main
+from sptune.trackers import loggers
+from sptune.search import spaces
+from sptune.records import studies, results, study_state
+from sptune.search import searcher as search
+from sptune.trials import trainable
+from sptune.experiment.engine import driver
+from sptune.search import journal
+from sptune.cli.main import main
 
 ONE = {"params": {"optim.lr": [1e-3], "optim.batch_size": [8]}}
 TWO = {"params": {"optim.lr": [1e-3, 3e-3], "optim.batch_size": [8]}}
@@ -114,8 +115,8 @@ def test_captured_output_goes_to_the_log_and_our_lines_to_both(tmp_path, capsys)
 
 
 def test_cell_lines_give_wall_time_and_eta_only_when_cells_run_one_after_another(tmp_path, capsys):
-    from sptune.experiments.plan import Cell
-    from sptune.experiments.run import CellProgress
+    from sptune.experiment.plan import Cell
+    from sptune.experiment.backends import CellProgress
 
     cells = [Cell(key=key, labels={}, space={}, overrides=()) for key in ("a", "b")]
     with output.captured(tmp_path / files.STUDY_LOG) as console:
@@ -267,11 +268,11 @@ def test_wandb_offline_runs(tmp_path, ray_instance, monkeypatch):
 # The W&B logging actor's loop in a process killed with its children the moment the loop returns, as Ray's
 # callback kills the actor (ray.kill) and Ray kills a dead worker's children. It prints how many children
 # were still alive: a W&B service (wandb-core) among them may not have written the run yet. In a quiet
-# process it usually has, so the count is what fails without the fix (sptune.tune.wandb_logging).
+# process it usually has, so the count is what fails without the fix (sptune.trackers.wandb_logging).
 KILLED_AFTER_RUN = """
 import os, queue, signal, sys
 from ray.air.integrations.wandb import _QueueItem
-from sptune.tune.wandb_logging import FlushingWandbLoggingActor
+from sptune.trackers.wandb_logging import FlushingWandbLoggingActor
 
 items = queue.Queue()
 items.put((_QueueItem.RESULT, {"training_iteration": 1, "val_metric": 0.5}))

@@ -25,8 +25,8 @@ from s3_server import held as remote_files
 
 from sptune import files
 from sptune.errors import UserError
-from sptune.tune.engine import session
-from sptune.tune.records import results, storage
+from sptune.experiment.engine import session
+from sptune.records import results, storage
 
 CONFIG = {
     "task": {"name": "listops-mini", "max_val_examples": 32},
@@ -326,7 +326,7 @@ def test_tune_state_read_while_tune_writes_it_is_read_again(tmp_path, aws, monke
 @pytest.mark.parametrize("uri, words", [("/tmp/x", "not an object-storage URI"),
                                         ("s3://no-such-bucket/x", "cannot open storage")])
 def test_a_bad_storage_is_a_one_line_error_before_anything_is_made(tmp_path, aws, uri, words, capsys):
-    from sptune.cli import main
+    from sptune.cli.main import main
 
     code = main(["study", "configs/listops_mini_transformer.yaml", "--smoke", "--dir", str(tmp_path / "s"),
                  "--storage", uri])

@@ -7,9 +7,10 @@ import pytest
 import torch
 from reproducibility import assert_reproduces
 
-from sptune import checkpoints, config, files, registry, train, train_setup
+from sptune.run import checkpoints, train, train_setup
+from sptune import config, files, registry
 from sptune.errors import UserError
-from sptune.tune.trials import trainable
+from sptune.trials import trainable
 
 TINY = ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.d_ff=32", "optim.batch_size=8",
         "optim.max_steps=12", "optim.eval_every=4", "optim.warmup_steps=2", "task.max_val_examples=32",
@@ -117,7 +118,7 @@ def test_a_checkpoint_written_on_a_gpu_resumes_on_the_cpu_as_if_uninterrupted(tm
     assert ckpt["rng"]["cpu"].dtype == torch.uint8 and ckpt["rng"]["cpu"].device.type == "cpu"
     ckpt["rng"]["cuda"] = torch.zeros(16, dtype=torch.uint8)  # what rng_state.capture adds on a GPU
     torch.save(ckpt, last)
-    with caplog.at_level("INFO", logger="sptune.rng_state"):
+    with caplog.at_level("INFO", logger="sptune.run.rng_state"):
         resumed = train.run_stage(cfg, "scratch")
     assert "written on a GPU, resumed on the CPU" in caplog.text
     assert [h["train_loss"] for h in resumed["history"]] == [h["train_loss"] for h in full["history"]]
@@ -125,7 +126,7 @@ def test_a_checkpoint_written_on_a_gpu_resumes_on_the_cpu_as_if_uninterrupted(tm
 
 
 def test_the_cuda_state_is_captured_and_restored_as_a_cpu_byte_tensor(monkeypatch):
-    from sptune import rng_state
+    from sptune.run import rng_state
 
     calls = {}
     monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device: torch.arange(8, dtype=torch.uint8))
@@ -181,7 +182,7 @@ def test_causal_objective_makes_the_model_causal(tmp_path):
 
 
 def test_train_fraction_subsets_are_nested():
-    from sptune.data import train_fraction
+    from sptune.run.data import train_fraction
     from sptune.tasks.base import Split
 
     split = Split(torch.arange(1000)[:, None], torch.arange(1000), torch.ones(1000, dtype=torch.long))
@@ -276,7 +277,7 @@ def test_accumulation_weights_micro_batches_by_their_masked_terms():
 
 
 def test_accumulate_and_compile_are_fingerprinted_only_where_they_change_the_numbers():
-    from sptune import fingerprint
+    from sptune.run import fingerprint
 
     def digest(*overrides):
         return fingerprint.of(config.load(None, list(overrides)), "scratch").digest
@@ -293,7 +294,7 @@ def test_accumulate_and_compile_are_fingerprinted_only_where_they_change_the_num
 
 
 def test_prefetcher_builds_each_step_once_ahead_of_use():
-    from sptune.data import Prefetcher
+    from sptune.run.data import Prefetcher
 
     class Item:
         def __init__(self, step):
@@ -345,7 +346,7 @@ def test_compile_falls_back_to_eager_with_a_warning(tmp_path, monkeypatch, caplo
     monkeypatch.setattr(torch, "compile", no_compiler)
     quick = ["optim.max_steps=2", "optim.eval_every=2", "task.max_val_examples=16"]
     eager = train.scratch(tiny(tmp_path / "eager", *quick))
-    with caplog.at_level("WARNING", logger="sptune.train"):
+    with caplog.at_level("WARNING", logger="sptune.run.train"):
         fallback = train.scratch(tiny(tmp_path / "fallback", *quick, "run.compile=true"))
     assert "torch.compile does not work here (RuntimeError: InvalidCxxCompiler" in caplog.text
     assert fallback["status"] == "completed" and losses(fallback) == losses(eager)

@@ -8,8 +8,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from sptune import config, train_setup
-from sptune.tune.trials import resources, trainable
+from sptune import config
+from sptune.run import train_setup
+from sptune.trials import resources, trainable
 
 
 @pytest.fixture

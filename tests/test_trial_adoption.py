@@ -2,7 +2,7 @@
 new trial id; its run directory is adopted, so it continues from its checkpoint (trainable.adopt_orphan)."""
 
 from sptune import atomic, files
-from sptune.tune.trials import trainable
+from sptune.trials import trainable
 
 PARAMS = {"optim.lr": 0.001, "optim.batch_size": 8}
 

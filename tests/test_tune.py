@@ -16,12 +16,13 @@ from open_watch import OpenWatch, other_opens, own_opens
 from ray_fixtures import CONFIG, REPO, TINY, bare_study, ray_instance, sptune_env  # noqa: F401 (fixture)
 
 from sptune import atomic, files
-from sptune.tune.records import studies, results, study_state
-from sptune.tune.engine import search, session
-from sptune.tune import spaces
-from sptune.tune.trials import trainable
-from sptune.tune.engine import driver
-from sptune.cli import main
+from sptune.records import studies, results, study_state
+from sptune.search import searcher as search
+from sptune.experiment.engine import session
+from sptune.search import spaces
+from sptune.trials import trainable
+from sptune.experiment.engine import driver
+from sptune.cli.main import main
 from sptune.errors import UserError
 from sptune.registry import MODELS, TASKS
 
@@ -249,8 +250,8 @@ def kill_when(run_dir_glob, min_step, pid_of, found):
 
 def flaky_trainable(params, spec):
     """Raises once, at the first eval past step 20, in the first attempt of each trial."""
-    from sptune import train
-    from sptune.tune.trials import trainable as tr
+    from sptune.run import train
+    from sptune.trials import trainable as tr
 
     original = train.run_stage
 
@@ -331,7 +332,7 @@ def test_torch_trainer_restarts_a_killed_worker_from_its_checkpoint(tmp_path, ra
 
 
 def test_asha_stops_only_on_our_steps_and_lets_finishers_finish(tmp_path, ray_instance, monkeypatch):
-    from sptune.tune.trials import stopped as stopped_trials
+    from sptune.trials import stopped as stopped_trials
 
     def not_in_the_driver(*args, **kwargs):
         raise AssertionError("a stopped trial was tested in the driver's process")
@@ -349,7 +350,7 @@ def test_asha_stops_only_on_our_steps_and_lets_finishers_finish(tmp_path, ray_in
         assert (row["status"], row["steps"] == 48) in {("completed", True), ("stopped", False)}
     stopped = [row for row in rows if row["status"] == "stopped"]
     assert stopped  # lr 1e-5 barely moves: below the others at a rung
-    for row in stopped:  # tested at its own best checkpoint when the stage ended (sptune.tune.trials.stopped)
+    for row in stopped:  # tested at its own best checkpoint when the stage ended (sptune.trials.stopped)
         assert math.isfinite(row["test_metric"]) and row["best_step"] <= row["steps"] < 48
         assert files.read_json(Path(row["run_dir"]) / files.RESULT)["status"] == "stopped"
 

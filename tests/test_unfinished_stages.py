@@ -5,12 +5,12 @@ calls its cell unfinished (the same command continues it), not failed."""
 import json
 
 from sptune import api, files
-from sptune import experiments_cli as cli
-from sptune.experiments import report
-from sptune.experiments.plan import Cell, Plan, save_plan
-from sptune.experiments.run import create_cell_study
-from sptune.tune.options import Options
-from sptune.tune.records import results, seeds, study_state
+from sptune.cli import experiment as cli
+from sptune.report import tables as report
+from sptune.experiment.plan import Cell, Plan, save_plan
+from sptune.experiment.backends import create_cell_study
+from sptune.search.options import Options
+from sptune.records import results, seeds, study_state
 
 OVERRIDES = ("task.name=listops-mini", "model.name=transformer")
 

@@ -149,7 +149,7 @@ class S4Layer(SSMConvBlock):
         return dt, A, P, torch.view_as_complex(self.B), torch.view_as_complex(self.C)
 
     def backend_used(self, cuda: bool, dtype: torch.dtype) -> str | None:
-        """'cauchy keops' or 'cauchy torch' for DPLR (sptune.provenance); the diagonal modes choose nothing."""
+        """'cauchy keops' or 'cauchy torch' for DPLR (sptune.run.provenance); the diagonal modes choose nothing."""
         return f"cauchy {self.backend}" if self.mode == "dplr" else None
 
     def kernel(self, L: int):

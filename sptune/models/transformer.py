@@ -283,13 +283,13 @@ class SelfAttention(nn.Module):
 
     def backend_used(self, cuda: bool, dtype: torch.dtype) -> str:
         """'attention flash-attn' or 'attention sdpa': the choice forward makes for q on CUDA or not, of dtype
-        (sptune.provenance records it)."""
+        (sptune.run.provenance records it)."""
         return "attention flash-attn" if self._flash_why(cuda, dtype, self._hopper(cuda)) is None else "attention sdpa"
 
     def attention_kernel(self, device: torch.device, dtype: torch.dtype, training: bool) -> str:
         """The kernel forward runs for inputs of `dtype` on `device`: 'flash-attn', or 'sdpa ' + SDPA's choice
         (cudnn, flash, efficient, math), asked of torch's own selection for this layer's head size, mask and
-        dropout on tiny tensors (sptune.provenance records it)."""
+        dropout on tiny tensors (sptune.run.provenance records it)."""
         if self._flash_why(device.type == "cuda", dtype, self._hopper(device.type == "cuda")) is None:
             return "flash-attn"
         return "sdpa " + sdpa_choice(self, device, dtype, training)

@@ -1,0 +1,2 @@
+"""What a reader sees: statistics (paired intervals, power, sequential looks, the data multiplier), an experiment's
+tables and figures, learning curves and Optuna's plots, the checks under a table, pooled batches of seeds."""
