@@ -6,7 +6,8 @@
 
 The tree has, per finished trial, the files a trial of `sptune study` leaves (sizes of a small model's:
 trial.json, result.json, progress.json, a 64 KB checkpoint, TensorBoard events, a log, and Tune's
-params/result/progress files), and Tune's experiment state at 17.8 KB a trial. A whole push uploads it all
+params/result/progress files), Tune's experiment state at 17.8 KB a trial, and the study's files that grow in place
+with it (study.log and the Optuna journal, GROWING bytes a trial, appended to at each report). A whole push uploads it all
 (not timed) and the driver's periodic pushes run, CHANGING trials reporting (their progress, checkpoint,
 events and log rewritten) before each, until every other folder is quiet (storage.QUIET_ROUNDS, not timed);
 then, at each size, the trials report once more and one periodic push is timed, with the S3 requests it made counted at the server, then the same change and a
@@ -34,6 +35,7 @@ TRIAL_FILES = {"trial.json": 1_500, "result.json": 900, "progress.json": 200, "l
                "events.out.tfevents": 12_000, "stdout.log": 4_000}
 TUNE_TRIAL_FILES = {"params.json": 300, "result.json": 2_000, "progress.csv": 3_000}
 TUNE_STATE_PER_TRIAL = 17_800
+GROWING = {"study.log": (5_000, 500), "optuna.journal": (2_000, 300)}  # bytes a finished trial, a report
 CHANGING = 100
 
 
@@ -46,6 +48,13 @@ def write_trial(root: Path, index: int, salt: bytes = b"") -> None:
     tune_trial.mkdir(parents=True, exist_ok=True)
     for name, size in TUNE_TRIAL_FILES.items():
         (tune_trial / name).write_bytes((salt + os.urandom(16)).ljust(size, b"x"))
+
+
+def grow(root: Path, trials: int = 0, reports: int = 0) -> None:
+    """Append what `trials` finished trials and `reports` reports add to the study's growing files."""
+    for name, (per_trial, per_report) in GROWING.items():
+        with open(root / name, "ab") as appended:
+            appended.write(os.urandom(16).ljust(trials * per_trial + reports * per_report, b"y"))
 
 
 def write_tune_state(root: Path, trials: int) -> None:
@@ -63,6 +72,7 @@ def timed_push(mirror: storage.Mirror, server: S3Server, whole: bool) -> tuple[f
 def report(root: Path, size: int, changing: int, salt: bytes) -> None:
     for index in range(size - changing, size):  # trials still reporting
         write_trial(root, index, salt=salt)
+    grow(root, reports=changing)
     write_tune_state(root, size)
 
 
@@ -86,6 +96,7 @@ def main() -> None:
         for size in sorted(args.trials):
             for index in range(made, size):
                 write_trial(root, index)
+            grow(root, trials=size - made)
             made = size
             write_tune_state(root, size)
             mirror.push()  # everything so far reaches the storage (untimed)

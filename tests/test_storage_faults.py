@@ -67,12 +67,12 @@ from sptune.records import storage
 
 where = sys.argv[2]
 if where == "after_deletes":  # the storage has lost the files, the manifest still lists them
-    delete_all = storage.Mirror._delete_all
-    def deleting_then_killed(self, fs, root, relatives):
-        delete_all(self, fs, root, relatives)
+    delete_each = storage._delete_each
+    def deleting_then_killed(fs, root, relatives):
+        delete_each(fs, root, relatives)
         if relatives:
             os.kill(os.getpid(), signal.SIGKILL)
-    storage.Mirror._delete_all = deleting_then_killed
+    storage._delete_each = deleting_then_killed
 else:  # mid-upload: the third file's stream is open, half written
     copy, calls = storage._copy, []
     def copying_then_killed(source_fs, source, destination_fs, destination):

@@ -222,6 +222,38 @@ def test_the_manifest_is_a_log_of_each_push_s_changes_read_back_by_a_new_mirror(
     assert storage.mirror_of(folder)._manifest() == again._manifest()
 
 
+def test_a_growing_file_is_stored_in_parts_and_a_push_uploads_only_the_parts_it_grew_into(tmp_path, aws, monkeypatch):
+    monkeypatch.setattr(storage, "PART_BYTES", 10)
+    folder = tmp_path / "study"
+    folder.mkdir()
+    log_file = folder / files.STUDY_LOG
+    log_file.write_bytes(b"a" * 25)
+    uri = storage.attach(folder, "s3://studies/parts")
+    parts = lambda: {rel: data for rel, data in remote_files(uri).items() if rel.startswith(files.STUDY_LOG)}  # noqa: E731
+    assert parts() == {"study.log.part-00000": b"a" * 10, "study.log.part-00001": b"a" * 10,
+                       "study.log.part-00002": b"a" * 5}
+    fs, root = storage.filesystem(uri)
+    with fs.open_output_stream(f"{root}/study.log.part-00000") as out:
+        out.write(b"untouched!")  # a part the next push must not upload again
+
+    mirror = storage.mirror_of(folder)
+    with open(log_file, "ab") as appended:
+        appended.write(b"b" * 12)
+    assert mirror.push() == 1
+    assert parts() == {"study.log.part-00000": b"untouched!", "study.log.part-00001": b"a" * 10,
+                       "study.log.part-00002": b"aaaaabbbbb", "study.log.part-00003": b"b" * 7}
+    with fs.open_output_stream(f"{root}/study.log.part-00000") as out:
+        out.write(b"a" * 10)
+    assert (storage.pull(uri, tmp_path / "copy") / files.STUDY_LOG).read_bytes() == log_file.read_bytes()
+
+    log_file.write_bytes(b"c" * 12)  # rewritten shorter: every part again, the parts past its end deleted
+    assert mirror.push() == 1 and parts() == {"study.log.part-00000": b"c" * 10, "study.log.part-00001": b"cc"}
+    log_file.write_bytes(b"d" * 12)  # rewritten at the same size: its earlier bytes differ, so all of it again
+    assert storage.mirror_of(folder).push() == 1 and parts()["study.log.part-00000"] == b"d" * 10
+    log_file.unlink()
+    assert mirror.push() == 0 and parts() == {}
+
+
 def test_periodic_pushes_reread_a_quiet_folder_in_turn_and_a_changed_one_at_once(tmp_path, aws, monkeypatch):
     folder = tmp_path / "study"
     for trial in range(4):

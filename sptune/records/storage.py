@@ -19,8 +19,11 @@ and uploaded last as ONE object, TUNE_STATE: an S3 PUT replaces an object whole 
 holds a whole Tune snapshot at every moment, never newer than the run directories it describes (the case a
 resume already handles, sptune.trials.trainable.adopt_orphan). A snapshot that never reads the same twice
 is not uploaded: the storage keeps the last consistent one.
-Each other file is uploaded whole (written locally by rename, read once), many at a time; files removed locally
-(Tune's rotated checkpoints) are removed from the storage. The manifest (what the storage holds) is written after
+Each other file is uploaded whole (written locally by rename, read once), many at a time, but for the files that
+grow in place (GROWING: the study log, the Optuna journal, TensorBoard events, Tune's per-trial logs): those are
+stored in parts of PART_BYTES (`<file>.part-00000`, ...), and a push uploads the part the file ended in and the
+new ones, not the whole file; a file whose earlier bytes changed (its last TAIL_BYTES before the old end differ)
+is uploaded in full again. Files removed locally (Tune's rotated checkpoints) are removed from the storage. The manifest (what the storage holds) is written after
 the uploads and again after the deletes, and a delete of what is already gone succeeds: a push cut at any point
 (a kill, a storage error) leaves the next one able to finish. The manifest is a log, each push appending what it
 changed (a line cut short by a kill is ignored: its file is uploaded again), compacted once it is twice what
@@ -46,6 +49,7 @@ import logging
 import os
 import tarfile
 import time
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +61,9 @@ from sptune.errors import UserError
 log = logging.getLogger("sptune.engine")
 
 STORAGE = files.STORAGE  # {"uri": <this folder's location>, "local": <the path it had>}: mirrored too
-MANIFEST = ".storage-manifest.jsonl"  # what the storage holds: lines [relative path, [size, mtime_ns] or null]
+# What the storage holds: lines [relative path, stamp or null]; a stamp is [size, mtime_ns], a growing file's
+# [size, mtime_ns, crc32 of its last TAIL_BYTES, parts].
+MANIFEST = ".storage-manifest.jsonl"
 COMPACT_AFTER = 1000  # lines a small manifest's log may grow by before it is rewritten
 LOCAL_ONLY = {MANIFEST, files.DRIVER}  # the driver record names processes of this machine
 TUNE_STATE = "tune-state.tar"  # Tune's experiment state: one object, replaced whole or not at all
@@ -66,6 +72,10 @@ QUIET_ROUNDS = 10  # periodic pushes a folder must read unchanged before it is r
 TUNE_STATE_SHARE = 0.05  # of the time between periodic pushes of Tune's snapshot that uploading it may take
 UPLOADS_AT_ONCE = 16  # S3 answers each request in tens of ms: uploads overlap their round trips
 SCHEMES = ("s3://", "gs://", "gcs://")
+GROWING = (files.STUDY_LOG, files.OPTUNA_JOURNAL, "progress.csv")  # appended in place (and TensorBoard's events)
+PART_BYTES = 1 << 20  # a growing file's parts
+PART = ".part-"  # <file>.part-00000, <file>.part-00001, ...
+TAIL_BYTES = 64  # what a growing file must still end with at its old size to be taken as appended to
 
 
 def is_remote(location: str | Path) -> bool:
@@ -147,15 +157,19 @@ def pull(uri: str, local: str | Path | None = None) -> Path:
     if target.exists() and any(target.iterdir()):
         raise UserError(f"{target} already exists; resume it with `sptune resume {target}`, or move it away to "
                         f"pull {uri} again")
-    mirrored = sorted(set(listing) - {TUNE_STATE})
-    for relative in mirrored:
+    mirrored = _stored_files(set(listing) - {TUNE_STATE})
+    for relative, objects in mirrored.items():
         destination = target / relative
         destination.parent.mkdir(parents=True, exist_ok=True)
-        _copy(fs, f"{path}/{relative}", _local_fs(), str(destination))
+        with _local_fs().open_output_stream(str(destination)) as writer:
+            for key in objects:  # a growing file's parts in order, any other file's one object
+                _copy_into(fs, f"{path}/{key}", writer)
     if TUNE_STATE in listing:
         with fs.open_input_stream(f"{path}/{TUNE_STATE}") as reader:
             _unpack(reader.read(), target)
-    atomic.write_json(target / MANIFEST, {relative: _stamp(target / relative) for relative in mirrored})
+    held = {relative: _stamp(target / relative, len(objects) if objects != [relative] else None)
+            for relative, objects in mirrored.items()}
+    atomic.write_text(target / MANIFEST, _manifest_lines(held))
     log.info("pulled %d files of %s into %s", len(listing), uri, target)
     return target
 
@@ -192,11 +206,11 @@ class Mirror:
         tune_state = self._tune_state() if tune_due else None  # read first, uploaded last
         tune_seconds = time.monotonic() - started
         now = self._files(whole)
-        changed = [rel for rel, stamp in now.items() if held.get(rel) != stamp]
-        uploaded = self._upload_all(fs, root, changed, now)
+        changed = [rel for rel, stamp in now.items() if held.get(rel, [])[:2] != stamp]
+        uploaded = self._upload_all(fs, root, changed, now, held)
         self._record(uploaded)  # before the deletes: a cut push keeps what it uploaded
         gone = sorted(set(held) - set(now))
-        self._delete_all(fs, root, gone)
+        _delete_each(fs, root, [key for rel in gone for key in _objects(rel, held[rel])])
         self._record(dict.fromkeys(gone))
         if not tune_due:
             return len(uploaded)
@@ -218,17 +232,13 @@ class Mirror:
                 except ValueError:  # cut short by a kill: that file is uploaded again
                     continue
                 self._logged += 1
-                if stamp is None:
-                    self._held.pop(relative, None)
-                else:
-                    self._held[relative] = stamp
+                _apply(self._held, {relative: stamp})
             if text and not text.endswith("\n"):
                 self._write_manifest()  # a cut line at the end: the next append must not run into it
         return self._held
 
     def _write_manifest(self) -> None:
-        lines = (json.dumps([relative, stamp]) + "\n" for relative, stamp in self._held.items())
-        atomic.write_text(self.local / MANIFEST, "".join(lines))
+        atomic.write_text(self.local / MANIFEST, _manifest_lines(self._held))
         self._logged = len(self._held)
 
     def _record(self, changes: dict[str, list[int] | None]) -> None:
@@ -236,36 +246,49 @@ class Mirror:
         twice what it describes."""
         if not changes:
             return
-        for relative, stamp in changes.items():
-            if stamp is None:
-                self._held.pop(relative, None)
-            else:
-                self._held[relative] = stamp
+        _apply(self._held, changes)
         self._logged += len(changes)
         if self._logged > 2 * len(self._held) + COMPACT_AFTER:
             self._write_manifest()
             return
         with open(self.local / MANIFEST, "a") as log_file:
-            log_file.write("".join(json.dumps([relative, stamp]) + "\n" for relative, stamp in changes.items()))
+            log_file.write(_manifest_lines(changes))
 
-    def _upload_all(self, fs: Any, root: str, relatives: list[str], stamps: dict[str, list[int]]
-                    ) -> dict[str, list[int]]:
+    def _upload_all(self, fs: Any, root: str, relatives: list[str], stamps: dict[str, list[int]],
+                    held: dict[str, list[int]]) -> dict[str, list[int]]:
         """Upload many at a time; {relative: stamp} of those uploaded (a file removed meanwhile is skipped)."""
+        def upload(relative: str) -> list[int] | None:
+            if _grows(relative):
+                return self._upload_parts(fs, root, relative, held.get(relative))
+            return stamps[relative] if self._upload(fs, root, relative) else None
         if not relatives:
             return {}
         with ThreadPoolExecutor(min(UPLOADS_AT_ONCE, len(relatives))) as pool:
-            done = list(pool.map(lambda rel: self._upload(fs, root, rel), relatives))
-        return {rel: stamps[rel] for rel, ok in zip(relatives, done) if ok}
+            done = list(pool.map(upload, relatives))
+        return {rel: stamp for rel, stamp in zip(relatives, done) if stamp is not None}
 
-    def _delete_all(self, fs: Any, root: str, relatives: list[str]) -> None:
-        def delete(relative: str) -> None:
-            try:
-                fs.delete_file(f"{root}/{relative}")
-            except FileNotFoundError:  # deleted by a push that was cut before its manifest
-                pass
-        if relatives:
-            with ThreadPoolExecutor(min(UPLOADS_AT_ONCE, len(relatives))) as pool:
-                list(pool.map(delete, relatives))
+    def _upload_parts(self, fs: Any, root: str, relative: str, held: list[int] | None) -> list[int] | None:
+        """A growing file's parts from the one its held size ended in (from the first when its earlier bytes
+        changed), up to the first part read short (every part before the last is whole); then the deletion of
+        what no longer belongs to it. Its new stamp (the size read), None when it is gone."""
+        try:
+            with open(self.local / relative, "rb") as reader:
+                mtime = os.fstat(reader.fileno()).st_mtime_ns  # appended to later: the next scan sees it
+                parts = _appended_from(reader, held)
+                size = parts * PART_BYTES
+                reader.seek(size)
+                while True:
+                    chunk = reader.read(PART_BYTES)
+                    with fs.open_output_stream(f"{root}/{_part(relative, parts)}") as writer:
+                        writer.write(chunk)
+                    size, parts = size + len(chunk), parts + 1
+                    if len(chunk) < PART_BYTES:
+                        break
+                stamp = [size, mtime, _tail_crc(reader, size), parts]
+        except FileNotFoundError:
+            return None
+        _delete_each(fs, root, sorted(set(_objects(relative, held)) - set(_objects(relative, stamp))))
+        return stamp
 
     def _push_tune_state(self, fs: Any, root: str, state: dict[str, bytes] | None) -> int:
         """Tune's snapshot as one object, when it changed since this mirror last uploaded it."""
@@ -379,6 +402,67 @@ def _is_tune_state(relative: str) -> bool:
     return len(parts) == 3 and parts[0] == "tune"
 
 
+def _grows(relative: str) -> bool:
+    """A file appended in place, stored in parts (GROWING, TensorBoard's events, Tune's per-trial result.json)."""
+    name = relative.rsplit("/", 1)[-1]
+    return (name in GROWING or name.startswith("events.out.tfevents.")
+            or (relative.startswith("tune/") and not _is_tune_state(relative) and name == files.RESULT))
+
+
+def _part(relative: str, index: int) -> str:
+    return f"{relative}{PART}{index:05d}"
+
+
+def _objects(relative: str, stamp: list[int] | None) -> list[str]:
+    """The storage's objects of a manifest entry: a growing file's parts, any other file's one object."""
+    if stamp is not None and len(stamp) == 4:
+        return [_part(relative, index) for index in range(stamp[3])]
+    return [relative] if stamp is not None else []
+
+
+def _stored_files(keys: set[str]) -> dict[str, list[str]]:
+    """{relative path: its objects in order} of a storage listing: a growing file's parts joined into it."""
+    stored: dict[str, list[str]] = {}
+    for key in sorted(keys):
+        relative, _, index = key.rpartition(PART)
+        if relative and index.isdigit() and _grows(relative):
+            if stored.get(relative) == [relative]:
+                stored[relative] = []  # parts uploaded, the whole object of an earlier version not yet deleted
+            stored.setdefault(relative, []).append(key)
+        else:
+            stored[key] = [key]
+    return stored
+
+
+def _tail_crc(reader: Any, size: int) -> int:
+    reader.seek(max(0, size - TAIL_BYTES))
+    return zlib.crc32(reader.read(min(size, TAIL_BYTES)))
+
+
+def _appended_from(reader: Any, held: list[int] | None) -> int:
+    """The first part to upload: the one the held size ended in, when the file still has the bytes it had
+    there (appended to since); else 0 (new, rewritten, cut shorter, or held whole by an earlier version)."""
+    if held is None or len(held) != 4:
+        return 0
+    size = held[0]
+    reader.seek(0, os.SEEK_END)
+    if reader.tell() < size or _tail_crc(reader, size) != held[2]:
+        return 0
+    return size // PART_BYTES
+
+
+def _apply(held: dict[str, list[int]], changes: dict[str, list[int] | None]) -> None:
+    for relative, stamp in changes.items():
+        if stamp is None:
+            held.pop(relative, None)
+        else:
+            held[relative] = stamp
+
+
+def _manifest_lines(entries: dict[str, list[int] | None]) -> str:
+    return "".join(json.dumps([relative, stamp]) + "\n" for relative, stamp in entries.items())
+
+
 def _whole(state: dict[str, bytes]) -> bool:
     """Tune's trial list (experiment_state*.json) parses and every pickle ends with pickle's STOP opcode: one
     read while Tune rewrote a file in place may not. (Tune's search_gen_state*.json is a pickle too.)"""
@@ -425,8 +509,29 @@ def _local_fs() -> Any:
 
 def _copy(source_fs: Any, source: str, destination_fs: Any, destination: str) -> None:
     with source_fs.open_input_stream(source) as reader, destination_fs.open_output_stream(destination) as writer:
-        while chunk := reader.read(1 << 22):
-            writer.write(chunk)
+        _pump(reader, writer)
+
+
+def _copy_into(source_fs: Any, source: str, writer: Any) -> None:
+    with source_fs.open_input_stream(source) as reader:
+        _pump(reader, writer)
+
+
+def _pump(reader: Any, writer: Any) -> None:
+    while chunk := reader.read(1 << 22):
+        writer.write(chunk)
+
+
+def _delete_each(fs: Any, root: str, relatives: list[str]) -> None:
+    """Delete many at a time; what is already gone counts as deleted (a push cut before its manifest)."""
+    def delete(relative: str) -> None:
+        try:
+            fs.delete_file(f"{root}/{relative}")
+        except FileNotFoundError:
+            pass
+    if relatives:
+        with ThreadPoolExecutor(min(UPLOADS_AT_ONCE, len(relatives))) as pool:
+            list(pool.map(delete, relatives))
 
 
 def _listing(fs: Any, root: str) -> dict[str, Any]:
@@ -443,9 +548,13 @@ def _read_json(fs: Any, path: str) -> dict[str, Any]:
         return json.loads(reader.read())
 
 
-def _stamp(path: Path) -> list[int] | None:
+def _stamp(path: Path, parts: int | None = None) -> list[int] | None:
+    """[size, mtime_ns]; a growing file stored in `parts` parts: [size, mtime_ns, crc32 of its tail, parts]."""
     try:
         stat = path.stat()
+        if parts is None:
+            return [stat.st_size, stat.st_mtime_ns]
+        with open(path, "rb") as reader:
+            return [stat.st_size, stat.st_mtime_ns, _tail_crc(reader, stat.st_size), parts]
     except FileNotFoundError:
         return None
-    return [stat.st_size, stat.st_mtime_ns]
