@@ -12,21 +12,18 @@ from __future__ import annotations
 import time
 import zlib
 from pathlib import Path
-from typing import Any
 
 from sptune import atomic, files
 from sptune.trials import trainable
 
 
-def reporting_stage(config: dict[str, Any], spec: trainable.TrialSpec, seconds: float = 0.0) -> None:
+def reporting_stage(trial: trainable.Trial, seconds: float = 0.0) -> None:
     from ray import tune as ray_tune
 
-    params = trainable.searched(config)
-    trial_id = ray_tune.get_context().get_trial_id()
-    run_dir = Path(spec.study_dir) / spec.stage / trainable.run_name(spec.stage, trial_id, params)
+    params, run_dir = trial.params, trial.run_dir
     result = files.finished_result(run_dir)
     if result is None:
-        with trainable.attempt(run_dir, spec, trial_id, params):
+        with trainable.attempt(trial):
             time.sleep(seconds)
         value = zlib.crc32(repr(sorted(params.items())).encode()) % 1000 / 1000
         result = {"status": "completed", "metric": "accuracy", "best_val": value, "best_val_loss": 1 - value,

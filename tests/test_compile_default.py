@@ -46,7 +46,8 @@ def test_a_run_dumps_its_resolved_compile(tmp_path):
     assert run.cfg.run.compile is False
     runs.claim(run.run_dir, run.cfg, run.fp, False)
     assert yaml.safe_load((run.run_dir / files.CONFIG).read_text())["run"]["compile"] is False
-    assert run.fp == fingerprint.of(config.resolve_compile(runs.resolve(cfg, run.task, "scratch")), "scratch")
+    resolved = runs.resolve(cfg, run.task, "scratch")  # the one place a run's config is resolved, compile included
+    assert resolved.run.compile is False and run.fp == fingerprint.of(resolved, "scratch")
 
 
 @pytest.fixture

@@ -67,7 +67,7 @@ def test_single_gpu_trials_take_the_direct_path():
 
 
 # ----------------------------------------------------------------------------- failures
-def failing_trainable(params, spec):
+def failing_trainable(trial):
     """Out of memory at the first eval past step 4, in every attempt; RuntimeError ("crash") at the
     first eval past step 20 in the first attempt only (a later attempt, the retry, runs through)."""
     import torch
@@ -89,7 +89,7 @@ def failing_trainable(params, spec):
 
     train.run_stage = failing_run_stage
     try:
-        tr.stage_trainable(params, spec)
+        tr.stage_trainable(trial)
     finally:
         train.run_stage = original
 

@@ -140,8 +140,9 @@ from sptune.search.options import Options
 from sptune.records import studies
 from sptune.trials import trainable
 
-def all_four_at_once(params, spec):
+def all_four_at_once(trial):
     # A scratch trial trains only once all four have started: the study ends only if they run together.
+    params, spec = trial.params, trial.spec
     if spec.stage == "scratch":
         (Path(spec.study_dir) / f"started-{params['optim.lr']}").touch()
     deadline = time.monotonic() + 120
@@ -149,7 +150,7 @@ def all_four_at_once(params, spec):
         if time.monotonic() > deadline:
             raise RuntimeError("the four scratch trials never ran at once")
         time.sleep(0.2)
-    trainable.stage_trainable(params, spec)
+    trainable.stage_trainable(trial)
 
 # A fake 4-CPU, 1-GPU node: Ray hands out the GPU count; the trials train on CPU (run.device=cpu). "local":
 # a new instance with these resources, never a cluster another test started with `ray start`.

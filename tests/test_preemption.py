@@ -25,8 +25,8 @@ from test_autoscaling import fake_cluster, kill_node, worker_raylets
 from sptune import atomic, files
 from sptune.experiment.engine import preemption
 from sptune.records import results, studies
-from sptune.trials import retries
-from sptune.trials.trainable import LINEAGE_KEY, trial_run_dir
+from sptune.trials import entry, retries
+from sptune.trials.trainable import LINEAGE_KEY, TrialSpec, trial_run_dir
 
 
 # ----------------------------------------------------------------------------- without Ray
@@ -103,12 +103,14 @@ def test_tune_retries_node_losses_without_limit_and_crashes_max_failures_times(t
     # The spent trial's retry fails at once, so Tune ends it (its count passes Tune's limit); the mark is
     # consumed: a resume runs the trial again.
     monkeypatch.setattr(ray.tune, "get_context", lambda: SimpleNamespace(get_trial_id=lambda: "t1"))
-    run = retries.unless_spent(lambda config, **kwargs: "trained")
+    spec = TrialSpec(stage="pretrain", base={}, study_dir=str(tmp_path), path="direct")
+    trained = []  # the run directories of the trials the entry point handed on
     with pytest.raises(retries.RetriesSpent, match="crashed 2 times"):
-        run(config)
+        entry.run_trial(config, {(str(tmp_path), "pretrain"): spec}, stage_fn=lambda t: trained.append(t.run_dir))
     trial.run_metadata.num_failures += 1
-    assert not Trial.should_recover(trial)
-    assert run(config) == "trained"
+    assert not Trial.should_recover(trial) and trained == []
+    entry.run_trial(config, {(str(tmp_path), "pretrain"): spec}, stage_fn=lambda t: trained.append(t.run_dir))
+    assert trained == [run_dir]
 
 
 # ----------------------------------------------------------------------------- on a fake multi-node cluster

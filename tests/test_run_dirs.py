@@ -246,14 +246,16 @@ def test_study_trial_with_a_damaged_checkpoint_fails_with_the_reason(runs, tmp_p
     params = {"optim.lr": 1e-3}
     spec = trainable.TrialSpec(stage="scratch", base=config.load(None, TINY).to_dict(), study_dir=str(tmp_path),
                                path="direct")
-    run_dir = tmp_path / "scratch" / trainable.run_name("scratch", "t0", params)
+    trial = trainable.Trial(spec, params, "t0")
+    run_dir = trial.run_dir
+    assert run_dir == tmp_path / "scratch" / trainable.run_name("scratch", "t0", params)
     shutil.copytree(runs["scratch"], run_dir)
     (run_dir / "result.json").unlink()  # interrupted before its end: the trial resumes from last.pt
     damage(run_dir / "last.pt", "truncated", runs["scratch-other-model"])
 
     threads = torch.get_num_threads()
     try:
-        trainable.stage_trainable(params, spec)
+        trainable.stage_trainable(trial)
     finally:
         torch.set_num_threads(threads)  # the trial sets one thread per reserved core; later tests keep theirs
     assert reports[-1]["status"] == "failed"

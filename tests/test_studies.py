@@ -176,8 +176,8 @@ def test_added_cells_get_a_new_tune_run_and_a_resume_restores_the_last(tmp_path)
 def test_a_restored_run_places_the_trials_of_cells_that_finished_since_it_began(tmp_path):
     """Tune's restore re-adds every trial it recorded and asks each for its resources: a cell that finished
     after the run began (so the resume no longer passes it) still needs its placement (KeyError before)."""
-    from sptune.experiment.engine.cells import open_cells
-    from sptune.experiment.engine.driver import cell_placements, served_cells, served_dirs, trial_placement, tune_run_name
+    from sptune.experiment.engine.domain import open_experiment
+    from sptune.experiment.engine.driver import served_cells, served_dirs, trial_placement, tune_run_name
     from sptune.records import studies
     from sptune.trials.trainable import LINEAGE_KEY
 
@@ -186,9 +186,12 @@ def test_a_restored_run_places_the_trials_of_cells_that_finished_since_it_began(
         studies.create(None, TINY, cells / key, space_path=str(repo / "search_spaces" / "listops-mini" / "s4.yaml"),
                        options=studies.Options(cpus_per_worker=cpus))
     name = tune_run_name(tmp_path / "tune", ["a", "b"])
-    served = open_cells(served_dirs({"b": cells / "b"}, served_cells(tmp_path / "tune", name)), {})  # a finished
-    placement = cell_placements(served)
+    todo = {"b": cells / "b"}  # a finished
+    experiment = open_experiment(tmp_path, todo, served_dirs(todo, served_cells(tmp_path / "tune", name)), {})
+    placement = experiment.placements
     assert set(placement) == {"a", "b"} and placement["a"]["CPU"] == 1 and placement["b"]["CPU"] == 2
+    assert experiment.todo == ("b",) and experiment.total_trials == experiment.cells["b"].bounds.trials + 1
+    assert {key[1] for key in experiment.specs} == {"pretrain", "finetune", "scratch"} and len(experiment.specs) == 6
     assert trial_placement(placement, {LINEAGE_KEY: {"cell": "a"}}).bundles == [placement["a"]]
 
 

@@ -296,13 +296,14 @@ def test_a_wandb_run_is_written_before_its_logging_actor_is_killed(tmp_path):
     assert config["trial_log_path"] == str(tmp_path) and history[-1]["val_metric"] == 0.5
 
 
-def fail_once_trainable(params, spec):
+def fail_once_trainable(trial):
     """The lr=3e-3 trial raises in its first run only: Tune marks it errored (max_failures=0)."""
+    params, spec = trial.params, trial.spec
     marker = Path(spec.study_dir) / "failed-once"
     if params["optim.lr"] == 3e-3 and not marker.exists():
         marker.touch()
         raise RuntimeError("injected failure")
-    trainable.stage_trainable(params, spec)
+    trainable.stage_trainable(trial)
 
 
 @pytest.mark.slow  # ~25 s on 2 cores

@@ -191,14 +191,15 @@ def test_study_direct_path_end_to_end(tmp_path, ray_instance):
         assert start["cell"].string_value == Path(study_dir).name and "seed" in start
 
 
-def pretrain_waiting_for_scratch(params, spec):
+def pretrain_waiting_for_scratch(trial):
     """Pretraining that starts only once a scratch trial has: it can finish only if the stages run together."""
+    spec = trial.spec
     deadline = time.monotonic() + 120
     while spec.stage == "pretrain" and not list(Path(spec.study_dir).glob("scratch/*/trial.json")):
         if time.monotonic() > deadline:
             raise RuntimeError("no scratch trial started while pretraining waited")
         time.sleep(0.2)
-    trainable.stage_trainable(params, spec)
+    trainable.stage_trainable(trial)
 
 
 def started(row):
@@ -248,7 +249,7 @@ def kill_when(run_dir_glob, min_step, pid_of, found):
         time.sleep(0.05)
 
 
-def flaky_trainable(params, spec):
+def flaky_trainable(trial):
     """Raises once, at the first eval past step 20, in the first attempt of each trial."""
     from sptune.run import train
     from sptune.trials import trainable as tr
@@ -264,7 +265,7 @@ def flaky_trainable(params, spec):
 
     train.run_stage = crashing_run_stage
     try:
-        tr.stage_trainable(params, spec)
+        tr.stage_trainable(trial)
     finally:
         train.run_stage = original
 

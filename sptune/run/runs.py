@@ -19,7 +19,7 @@ import torch
 
 from sptune import files
 from sptune.run import fingerprint
-from sptune.config import Config, ModelConfig, ObjectiveConfig, check_causal_norm, dump
+from sptune.config import Config, ModelConfig, ObjectiveConfig, check_causal_norm, dump, resolve_compile
 from sptune.config import load as load_config
 from sptune.errors import UserError
 from sptune.registry import slug, task_of
@@ -37,7 +37,8 @@ RESTARTED = (files.LAST, files.BEST, files.RESULT, files.TENSORBOARD)
 
 
 def resolve(cfg: Config, task: Task, stage: str, init_from: Path | None = None) -> Config:
-    """Fill the task-dependent defaults (mask ratio, loss, causality) so the dumped config is complete."""
+    """Fill the task-dependent defaults (mask ratio, loss, causality) and the device-dependent ones (device,
+    compile) so the dumped config is complete: what ran."""
     cfg = copy.deepcopy(cfg)
     if init_from is not None:
         pre_dir = pretrain_dir(init_from)
@@ -57,7 +58,7 @@ def resolve(cfg: Config, task: Task, stage: str, init_from: Path | None = None) 
     if cfg.run.device == "auto":  # the device that runs is what the run records (and is fingerprinted by)
         cfg.run.device = "cuda" if torch.cuda.is_available() else "cpu"
     check_causal_norm(cfg)
-    return cfg
+    return resolve_compile(cfg)  # run.compile=auto decided for the resolved device (dumped so)
 
 
 def inherited(mine: ModelConfig, pre_model: ModelConfig, pre_objective: ObjectiveConfig,

@@ -29,7 +29,7 @@ from torch import nn
 from sptune import atomic, files, flops, protocol, selection
 from sptune.run import checkpoints, fingerprint, provenance, rng_state
 from sptune.build import build_pretrain_model, build_task_model, count_parameters
-from sptune.config import STAGES, Config, ObjectiveConfig, resolve_compile
+from sptune.config import STAGES, Config, ObjectiveConfig
 from sptune.run.data import Prefetcher, batch, eval_batches, example_draw, step_draw, stage_steps, train_batch_index, train_batch_size, train_fraction
 from sptune.errors import UserError
 from sptune.folds import cross_validation
@@ -180,7 +180,6 @@ def set_up(cfg: Config, stage: str, init_from: Path | None, run_dir: Path | None
            train_device: torch.device | None) -> Run:
     task = task_of(check_names(cfg).task)
     cfg, fp = identify(cfg, stage, init_from)
-    cfg = resolve_compile(cfg)  # run.compile=auto decided for the resolved device (dumped so); fp is the same
     run_dir = Path(run_dir) if run_dir else run_dir_of(cfg, stage, fp)
     if not restart:
         fingerprint.check(run_dir, fp)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from sptune.trials.retries import unless_spent
-from sptune.trials.trainable import LINEAGE_KEY, TrialSpec, stage_trainable
+from sptune.trials import retries
+from sptune.trials.trainable import LINEAGE_KEY, Trial, TrialSpec, searched, stage_trainable
 
 Specs = dict[tuple[str, str], TrialSpec]  # (str(study directory), stage) -> the stage's spec, no start yet
 
@@ -29,8 +29,11 @@ def spec_of(specs: Specs, config: dict[str, Any]) -> TrialSpec:
     return dataclasses.replace(spec, init=init)
 
 
-@unless_spent
-def run_trial(config: dict[str, Any], specs: Specs, stage_fn: Callable[..., None] = stage_trainable) -> None:
+def run_trial(config: dict[str, Any], specs: Specs, stage_fn: Callable[[Trial], None] = stage_trainable) -> None:
     """A trial of any cell, run as its cell's study runs that stage (`stage_fn`: stage_trainable; a test may
-    wrap it)."""
-    stage_fn(config, spec=spec_of(specs, config))
+    wrap it); a trial whose crashes spent its retries fails at once (sptune.trials.retries)."""
+    from ray import tune
+
+    trial = Trial(spec_of(specs, config), searched(config), tune.get_context().get_trial_id())
+    retries.raise_if_spent(trial.run_dir)
+    stage_fn(trial)

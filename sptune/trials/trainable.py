@@ -72,6 +72,20 @@ class TrialSpec:
         return max(1, math.ceil(self.workers * (self.gpus_per_worker or 1)))
 
 
+@dataclass(frozen=True)
+class Trial:
+    """One grid point of one stage, as its worker runs it: the stage's spec (finetuning: with the pretraining
+    trial it starts from), the searched params and Tune's id, which together name its run directory."""
+
+    spec: TrialSpec
+    params: dict[str, Any]
+    trial_id: str
+
+    @property
+    def run_dir(self) -> Path:
+        return run_dir_of(self.spec.study_dir, self.spec.stage, self.trial_id, self.params)
+
+
 def choose_path(workers: int, gpus_per_worker: float, forced: str = "auto") -> str:
     """direct for one worker with at most one GPU (Train adds nothing there: Ray already gives the
     trial process its GPU in CUDA_VISIBLE_DEVICES), the TorchTrainer otherwise."""
@@ -151,14 +165,12 @@ def adopt_orphan(run_dir: Path, trial_id: str, params: dict[str, Any]) -> None:
         return
 
 
-def stage_trainable(params: dict[str, Any], spec: TrialSpec) -> None:
-    """One trial of the stage `spec` describes (sptune.trials.entry.run_trial hands it the spec)."""
+def stage_trainable(trial: Trial) -> None:
+    """One trial of its stage (sptune.trials.entry.run_trial makes it from the stage's spec)."""
     from ray import tune as ray_tune
 
-    params = searched(params)
-    trial_id = ray_tune.get_context().get_trial_id()
-    run_dir = run_dir_of(spec.study_dir, spec.stage, trial_id, params)
-    adopt_orphan(run_dir, trial_id, params)
+    spec, params, run_dir = trial.spec, trial.params, trial.run_dir
+    adopt_orphan(run_dir, trial.trial_id, params)
     done = files.finished_result(run_dir)
     if done is not None:
         # Finished before the study driver died but after Tune's last snapshot: never run it again.
@@ -166,13 +178,13 @@ def stage_trainable(params: dict[str, Any], spec: TrialSpec) -> None:
         return
     cfg = trial_config(spec, params)
     init_from = Path(spec.init["run_dir"]) if spec.init else None
-    with attempt(run_dir, spec, trial_id, params) as clock:
+    with attempt(trial) as clock:
         write_hparams(run_dir, spec, params, {"status": "running"})  # listed in TensorBoard however it ends
         if spec.path == "direct":
             result = run_guarded(cfg, spec.stage, init_from, report_to_tune(clock), run_dir,
                                  gpu_share=spec.gpus_per_worker)
         else:
-            result = run_under_torch_trainer(cfg, spec, run_dir, trial_id, init_from)
+            result = run_under_torch_trainer(cfg, spec, run_dir, trial.trial_id, init_from)
     write_hparams(run_dir, spec, params, result, result.get("steps"))
     ray_tune.report(final_metrics(result, clock.total()))
 
@@ -286,14 +298,15 @@ class Clock:
 
 
 @contextmanager
-def attempt(run_dir: Path, spec: TrialSpec, trial_id: str, params: dict[str, Any]) -> Iterator[Clock]:
+def attempt(trial: Trial) -> Iterator[Clock]:
     """Record in trial.json who ran this attempt, where, and from which step it starts."""
     import ray
 
+    spec, trial_id, run_dir = trial.spec, trial.trial_id, trial.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / files.TRIAL
     record = files.read_json(path) if path.is_file() else {
-        "trial_id": trial_id, "stage": spec.stage, "params": params, "path": spec.path, "workers": spec.workers,
+        "trial_id": trial_id, "stage": spec.stage, "params": trial.params, "path": spec.path, "workers": spec.workers,
         "cpus_per_worker": spec.cpus_per_worker, "gpus_per_worker": spec.gpus_per_worker, "devices": spec.devices,
         "init": spec.init, "attempts": []}
     progress = files.read_json(run_dir / files.PROGRESS) if (run_dir / files.PROGRESS).is_file() else {}

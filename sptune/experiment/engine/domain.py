@@ -1,8 +1,13 @@
-"""The cells of the engine's Tune run, in memory: each cell's study.json is read once per driver start (or
-made by studies.create in this process) into a `Cell`, with what the engine asks of it worked out once (its
-bounds, each stage's trial spec), and every engine part (the searcher, the per-group schedulers and callbacks,
-the trials' specs and placements) works on that object. The searcher alone changes its state, and writes
-study.json at once (for a resume and the reports): the file is an edge, never a channel.
+"""The engine's domain model, in memory: an `Experiment` is a set of `Cell`s (a study is an experiment of one
+cell, a multi-seed study one cell per seed, `sptune evaluate` and the paper's experiments their plan's cells);
+a cell's `Stage`s are searched by trials (pretrain -> select -> finetune, scratch beside: sptune.protocol); a
+`Trial` is one grid point of one stage (sptune.trials.trainable.Trial, built on its worker from the stage's spec).
+
+Built once per driver start: each cell's study.json is read once (or made by studies.create in this process),
+with what the engine asks of it worked out once (its bounds, each stage's trial spec, grid and trial count).
+Every engine part (the searcher, the per-group schedulers and callbacks, the trials' specs and placements) works
+on these objects. The searcher alone changes a cell's state, and writes study.json at once (for a resume and the
+reports): the file is an edge, never a channel.
 
 The open cells are kept by directory for the parts Tune pickles with its experiment state (the searcher,
 GroupScheduler, GroupCallbacks), which a restore brings back without them.
@@ -15,9 +20,9 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sptune.search import spaces
 from sptune.records import studies, study_state
 from sptune.records.study_state import StudyState
+from sptune.search import spaces
 from sptune.trials import resources
 from sptune.trials.trainable import TrialSpec
 
@@ -26,20 +31,67 @@ log = logging.getLogger("sptune.engine")
 _open: dict[str, "Cell"] = {}  # str(study directory) -> its cell, for this driver start
 
 
+@dataclass(frozen=True)
+class Stage:
+    """One stage of a cell as this start found it: what its trials run (their spec; finetuning's start travels
+    in each trial's lineage), the grid its searcher searches, and how many trials that is."""
+
+    name: str
+    spec: TrialSpec
+    grid: spaces.StageSpace
+    trials: int  # the grid's size, capped by num_samples (grid extensions add to it while it runs)
+
+
 @dataclass
 class Cell:
     key: str  # the cell's name in its experiment (a study: its directory's name)
     dir: Path  # its study directory, as the engine names it in every trial's lineage
     state: StudyState  # study.json as this driver start read or made it, kept current by the searcher
     bounds: studies.CellBounds = field(init=False)  # its resources and trial counts at this start
-    specs: dict[str, TrialSpec] = field(init=False)  # each stage's trial spec (a trial's start: its lineage)
-    grids: dict[str, spaces.StageSpace] = field(init=False)  # each stage's grid as this start found it
+    stages: dict[str, Stage] = field(init=False)
 
     def __post_init__(self) -> None:
         fit_packing(self.dir, self.state)
         self.bounds = studies.cell_bounds(self.state)
-        self.specs = studies.trial_specs(self.dir, self.state)
-        self.grids = {stage: studies.stage_space(self.state, stage) for stage in self.specs}
+        self.stages = {name: Stage(name, spec, studies.stage_space(self.state, name), self.bounds.stage_trials[name])
+                       for name, spec in studies.trial_specs(self.dir, self.state).items()}
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """What one driver start serves: its directory (Tune's run lives in its tune/), the cells it continues
+    (`todo`, in the order they are proposed) and every cell of the Tune run it makes or restores (`cells`: a
+    restored run's finished cells too, since Tune asks each trial it recorded for its spec and placement)."""
+
+    dir: Path
+    cells: dict[str, Cell]
+    todo: tuple[str, ...]
+
+    @property
+    def specs(self) -> dict[tuple[str, str], TrialSpec]:
+        """Every stage's spec of every cell, keyed as a trial's lineage names it (sptune.trials.entry)."""
+        return {(str(cell.dir), stage.name): stage.spec for cell in self.cells.values()
+                for stage in cell.stages.values()}
+
+    @property
+    def placements(self) -> dict[str, dict[str, float]]:
+        """Each cell's trial resources (--cpus-per-worker, --gpus-per-worker ...)."""
+        return {key: cell.bounds.resources for key, cell in self.cells.items()}
+
+    @property
+    def total_trials(self) -> int:
+        """Every trial a cell to continue may run, and one more: Tune's upper bound, never reached, so Tune asks
+        the searcher until it says FINISHED (a stage is done only once its stopped trials were tested)."""
+        return sum(self.cells[key].bounds.trials for key in self.todo) + 1
+
+    @property
+    def concurrency(self) -> int:
+        """The most trials the cells' stages may run at once (each stage at its max_concurrent)."""
+        return sum(self.cells[key].bounds.concurrency for key in self.todo) or 1
+
+    @property
+    def max_failures(self) -> int:
+        return max((self.cells[key].bounds.max_failures for key in self.todo), default=0)
 
 
 def fit_packing(study_dir: Path, state: StudyState) -> None:
@@ -56,11 +108,18 @@ def fit_packing(study_dir: Path, state: StudyState) -> None:
         study_state.save(study_dir, state)
 
 
-def open_cells(cell_dirs: dict[str, Path], states: dict[str, StudyState], fresh: bool = False) -> dict[str, Cell]:
-    """The cells of `cell_dirs` ({key: study directory}), each from `states` where given, else read once;
-    `fresh`: a driver start, which forgets the cells of an earlier Tune run in this process."""
-    if fresh:
-        _open.clear()
+def open_experiment(experiment_dir: Path, todo: dict[str, Path], served: dict[str, Path],
+                    states: dict[str, StudyState]) -> Experiment:
+    """The experiment of this driver start: the cells `todo` ({key: study directory}) to continue and the
+    other `served` cells of its Tune run, each from `states` where given, else read once. A start forgets the
+    cells of an earlier Tune run in this process."""
+    _open.clear()
+    cells = open_cells({**served, **todo}, states)
+    return Experiment(Path(experiment_dir), cells, tuple(todo))
+
+
+def open_cells(cell_dirs: dict[str, Path], states: dict[str, StudyState]) -> dict[str, Cell]:
+    """The cells of `cell_dirs` ({key: study directory}), each from `states` where given, else read once."""
     cells = {key: Cell(key, Path(path), states.get(key) or study_state.load(path)) for key, path in cell_dirs.items()}
     _open.update({str(cell.dir): cell for cell in cells.values()})
     return cells
@@ -72,8 +131,3 @@ def cell_at(study_dir: str | Path) -> Cell:
     if key not in _open:
         open_cells({Path(study_dir).name: Path(study_dir)}, {})
     return _open[key]
-
-
-def specs(cells: dict[str, Cell]) -> dict[tuple[str, str], TrialSpec]:
-    """Every stage's spec of every cell, keyed as a trial's lineage names it (sptune.trials.entry)."""
-    return {(str(cell.dir), stage): spec for cell in cells.values() for stage, spec in cell.specs.items()}

@@ -11,8 +11,8 @@ process, in its main thread: several Tuners at once are not supported by Ray (Tu
     GroupCallbacks   per (cell, stage): trial outcomes, trackers, and a stage's progress bar (one cell)
     signals          sptune.experiment.engine.interrupts: Ctrl-C / SIGTERM end the loop at a step boundary
 
-The cells live in memory (sptune.experiment.engine.cells): each study.json is read once per start, and written
-when a stage ends or a selection is made, for a resume and the reports. Each trial runs as its cell's study
+The experiment lives in memory (sptune.experiment.engine.domain: Experiment, Cell, Stage): each study.json is
+read once per start, and written when a stage ends or a selection is made, for a resume and the reports. Each trial runs as its cell's study
 runs it: its spec (studies.trial_spec) reaches it through tune.with_parameters (sptune.trials.entry),
 so every cell directory is a study directory: study.json with its stage states and selection,
 <stage>/<trial run dir>/, results via sptune.records.results.collect. A stage is marked done when its
@@ -45,7 +45,7 @@ from sptune import atomic, files, output, protocol
 from sptune.config import STAGES
 from sptune.trackers import loggers
 from sptune.search import spaces
-from sptune.experiment.engine import cells, interrupts, mirroring, preemption, stopping
+from sptune.experiment.engine import domain, interrupts, mirroring, preemption, stopping
 from sptune.search import searcher as search
 from sptune.experiment.engine.routing import Group, GroupCallbacks, GroupScheduler
 from sptune.experiment.engine.session import ray_session
@@ -161,10 +161,10 @@ class CellsSearcher(Searcher):
             study_state.set_stage_status(study_dir, state, stage, protocol.NO_PRETRAINING)
             return False
         options = state.options
-        opened = cells.cell_at(study_dir)
-        self.remaining[f"{cell}/{stage}"] = opened.bounds.stage_trials[stage]
+        opened = domain.cell_at(study_dir).stages[stage]
+        self.remaining[f"{cell}/{stage}"] = opened.trials
         self.subs[f"{cell}/{stage}"] = search.limit(
-            search.make_searcher(opened.grids[stage], options.sampler, options.seed,
+            search.make_searcher(opened.grid, options.sampler, options.seed,
                                  journal=study_dir / files.OPTUNA_JOURNAL,
                                  study_name=journal.optuna_study_name(study_dir, stage)),
             options.max_concurrent)
@@ -184,7 +184,7 @@ class CellsSearcher(Searcher):
                 study_state.set_stage_status(study_dir, state, stage, DONE)
                 return
             # In a Ray task on a trial node, never in the driver: the head takes no trials.
-            self.testing[group] = stopped.test_on_worker(cells.cell_at(study_dir).specs[stage],
+            self.testing[group] = stopped.test_on_worker(domain.cell_at(study_dir).stages[stage].spec,
                                                          frozenset(self.crashed))
 
     def _collect_tests(self) -> None:
@@ -224,7 +224,7 @@ class CellsSearcher(Searcher):
         return True
 
     def _state(self, cell: str) -> StudyState:
-        return cells.cell_at(self.cell_dirs[cell]).state
+        return domain.cell_at(self.cell_dirs[cell]).state
 
     def _lineage(self, cell: str, stage: str, state: StudyState) -> dict[str, Any]:
         lineage = {"name": Path(self.cell_dirs[cell]).name, "stage": stage, "cell": cell,
@@ -288,11 +288,6 @@ def served_dirs(cell_dirs: dict[str, Path], served: list[str]) -> dict[str, Path
     return {**{key: siblings / key for key in served if (siblings / key / files.STUDY).is_file()}, **cell_dirs}
 
 
-def cell_placements(served: dict[str, cells.Cell]) -> dict[str, dict[str, float]]:
-    """Each served cell's trial resources (--cpus-per-worker, --gpus-per-worker ...)."""
-    return {key: cell.bounds.resources for key, cell in served.items()}
-
-
 def served_cells(storage: Path, name: str) -> list[str]:
     """The cells the Tune run `name` was created for (runs.json)."""
     path = storage / RUNS_FILE
@@ -309,8 +304,8 @@ def trial_placement(resources: dict[str, dict[str, float]], config: dict[str, An
 def group_scheduler(group: Group) -> Any:
     """ASHA for a (cell, stage) whose options ask for it at its trial count, else None (FIFO)."""
     study_dir, stage = group
-    cell = cells.cell_at(study_dir)
-    return search.make_scheduler(spaces.stage_asha(cell.state.options, cell.bounds.stage_trials[stage]))
+    cell = domain.cell_at(study_dir)
+    return search.make_scheduler(spaces.stage_asha(cell.state.options, cell.stages[stage].trials))
 
 
 def group_callbacks(progress: bool, group: Group) -> list:
@@ -318,11 +313,11 @@ def group_callbacks(progress: bool, group: Group) -> list:
     from sptune.experiment.engine.progress import StageProgress
 
     study_dir, stage = Path(group[0]), group[1]
-    cell = cells.cell_at(study_dir)
-    made = [outcomes.make_outcomes_callback(cell.specs[stage]),
+    cell = domain.cell_at(study_dir)
+    made = [outcomes.make_outcomes_callback(cell.stages[stage].spec),
             *loggers.callbacks(cell.state.options.logger, study_dir, stage)]
     if progress:
-        made.append(StageProgress(stage, cell.bounds.stage_trials[stage]))
+        made.append(StageProgress(stage, cell.stages[stage].trials))
     return made
 
 
@@ -340,14 +335,15 @@ def run_cells(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callab
 
     storage = experiment_dir / "tune"
     name = tune_run_name(storage, sorted(cell_dirs))
-    served = cells.open_cells(served_dirs(cell_dirs, served_cells(storage, name)), states or {}, fresh=True)
-    bounds = {key: served[key].bounds for key in cell_dirs}
-    resources.check_cluster(max(served[key].state.options.gpus_per_worker for key in cell_dirs))
-    for key in cell_dirs:
-        loggers.prepare(served[key].state.options.logger)
-        loggers.create_experiment(served[key].state.options.logger, served[key].dir)
-    placement = cell_placements(served)
-    fn = ray_tune.with_resources(ray_tune.with_parameters(entry.run_trial, specs=cells.specs(served), stage_fn=stage_fn),
+    experiment = domain.open_experiment(experiment_dir, cell_dirs, served_dirs(cell_dirs, served_cells(storage, name)),
+                                        states or {})
+    todo = [experiment.cells[key] for key in experiment.todo]
+    resources.check_cluster(max(cell.state.options.gpus_per_worker for cell in todo))
+    for cell in todo:
+        loggers.prepare(cell.state.options.logger)
+        loggers.create_experiment(cell.state.options.logger, cell.dir)
+    placement = experiment.placements
+    fn = ray_tune.with_resources(ray_tune.with_parameters(entry.run_trial, specs=experiment.specs, stage_fn=stage_fn),
                                  partial(trial_placement, placement))
     stop_key = stopping.key(experiment_dir, name)  # signals and --time-budget end the run at a step boundary
     if ray_tune.Tuner.can_restore(str(storage / name)):
@@ -355,24 +351,24 @@ def run_cells(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callab
         tuner = ray_tune.Tuner.restore(str(storage / name), fn, resume_unfinished=True, resume_errored=True)
     else:
         groups = [(str(Path(path)), stage) for path in cell_dirs.values() for stage in stages]
-        lookahead = cells_ahead(ray.cluster_resources(), next(iter(placement.values())),
-                                next(iter(served.values())).state.options.max_concurrent)
+        lookahead = cells_ahead(ray.cluster_resources(), placement[experiment.todo[0]],
+                                todo[0].state.options.max_concurrent)
         order = {pair: index for index, pair in enumerate(proposal_order(list(cell_dirs), lookahead))}
         tuner = ray_tune.Tuner(fn, tune_config=ray_tune.TuneConfig(
-            search_alg=CellsSearcher(cell_dirs, stop_key, stages, lookahead), num_samples=total_trials(bounds),
+            search_alg=CellsSearcher(cell_dirs, stop_key, stages, lookahead), num_samples=experiment.total_trials,
             scheduler=GroupScheduler(group_scheduler, partial(start_rank, order)), reuse_actors=True,
             trial_dirname_creator=_trial_name, trial_name_creator=_trial_name),
             run_config=ray_tune.RunConfig(
                 name=name, storage_path=str(storage), verbose=verbose,
                 # Node losses are retried without limit, other crashes max_failures times (preemption).
-                failure_config=ray_tune.FailureConfig(max_failures=preemption.tune_limit(max_failures(bounds))),
+                failure_config=ray_tune.FailureConfig(max_failures=preemption.tune_limit(experiment.max_failures)),
                 checkpoint_config=ray_tune.CheckpointConfig(num_to_keep=1),
                 # Tune's own TensorBoard logger is left out: a study's TensorBoard runs are its trials'.
                 callbacks=[stopping.StopAtStepBoundary(stop_key), mirroring.PushMirror(), JsonLoggerCallback(),
-                           CSVLoggerCallback(), preemption.NodeLossRetries(max_failures(bounds)),
+                           CSVLoggerCallback(), preemption.NodeLossRetries(experiment.max_failures),
                            GroupCallbacks(partial(group_callbacks, len(cell_dirs) == 1),
                                           groups if len(cell_dirs) == 1 else [])]))
-    fit(tuner, stop_key, concurrency_bound(bounds), time_budget_s)
+    fit(tuner, stop_key, experiment.concurrency, time_budget_s)
 
 
 def fit(tuner: Any, stop_key: str, concurrency: int, time_budget_s: float | None) -> None:
@@ -424,21 +420,6 @@ def pending_trials(count: int) -> Iterator[None]:
         yield
     finally:
         os.environ.pop(PENDING_ENV, None)
-
-
-def total_trials(bounds: dict[str, studies.CellBounds]) -> int:
-    """Every trial any cell may run, and one more: Tune's upper bound, never reached, so Tune asks the searcher
-    until it says FINISHED (its last stage is done only once the stage's stopped trials were tested)."""
-    return sum(cell.trials for cell in bounds.values()) + 1
-
-
-def concurrency_bound(bounds: dict[str, studies.CellBounds]) -> int:
-    """The most trials the cells' stages may run at once (each stage at its max_concurrent)."""
-    return sum(cell.concurrency for cell in bounds.values()) or 1
-
-
-def max_failures(bounds: dict[str, studies.CellBounds]) -> int:
-    return max((cell.max_failures for cell in bounds.values()), default=0)
 
 
 def _trial_name(trial: Any) -> str:

@@ -16,7 +16,7 @@ uncount a failure after its retry was decided. Hence, as the fallback for losses
                          attempt ran on a node that is gone, is a node loss, any other a crash; for an
                          unmarked failure Tune's count of the trial's failures (Trial.run_metadata.num_failures)
                          is set to its crashes; a crash that used the room marks the trial spent
-    retries.unless_spent the trainable's guard (sptune.trials.retries, on the worker): a spent trial's
+    retries.raise_if_spent the trial's guard (sptune.trials.retries, run by its entry point): a spent trial's
                          retry fails at once with that crash's error, so Tune ends the trial as errored, as
                          any trial whose retries are spent (error.json, and a resume runs it again)
 
