@@ -37,10 +37,10 @@ sys.path.insert(0, str(HERE))
 from reporting_trial import reporting_stage  # noqa: E402
 
 from sptune import files  # noqa: E402
-from sptune.records import studies, results
+from sptune.experiment.engine import driver  # noqa: E402
+from sptune.records import studies, results  # noqa: E402
 from sptune.search import spaces  # noqa: E402
 from sptune.search.options import Options  # noqa: E402
-from sptune.experiment.engine import driver
 
 TINY = ["task.name=listops-mini", "model.name=transformer", "model.d_model=16", "model.n_layers=1",
         "model.n_heads=2", "model.d_ff=16", "optim.max_steps=8", "optim.eval_every=4"]
@@ -156,8 +156,8 @@ def resume_figure(tmp: Path, trials: int, slots: int, address: str = "") -> None
 
 
 def experiment_figure(tmp: Path, cells: int, slots: int) -> None:
-    from sptune.experiment.plan import Cell, Plan
     from sptune.experiment.backends import run_experiment
+    from sptune.experiment.plan import Cell, Plan
 
     space = {stage: {"params": {"optim.lr": [1e-3]}, "points": []} for stage in ("pretrain", "finetune", "scratch")}
     plan = Plan(experiment="scale", title="scale", axis="-", nuisance="-", fixed="-", layout={"kind": "grid"},

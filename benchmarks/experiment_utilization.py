@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reporting_trial import busy_spans, reporting_stage  # noqa: E402
 
 from sptune import files  # noqa: E402
-from sptune.experiment.plan import Cell, Plan  # noqa: E402
 from sptune.experiment.backends import run_experiment  # noqa: E402
+from sptune.experiment.plan import Cell, Plan  # noqa: E402
 from sptune.search.options import Options  # noqa: E402
 
 TINY = ["task.name=listops-mini", "model.name=transformer", "model.d_model=16", "model.n_layers=1",

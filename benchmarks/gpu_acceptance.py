@@ -50,8 +50,8 @@ sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "benchmarks")]  # as 
 
 from reproducibility import FLOOR_MULTIPLE, gap  # noqa: E402
 
-from sptune.experiment import budget
-from sptune import config, plugins
+from sptune import config, plugins  # noqa: E402
+from sptune.experiment import budget  # noqa: E402
 from sptune.run import runs, train  # noqa: E402
 from sptune.tasks.base import Task  # noqa: E402
 

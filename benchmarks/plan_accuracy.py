@@ -34,10 +34,10 @@ from pathlib import Path
 import torch
 
 from sptune import api, files
-from sptune.experiment import budget
 from sptune.config import STAGES
-from sptune.search.options import Options
+from sptune.experiment import budget
 from sptune.records import studies
+from sptune.search.options import Options
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "configs" / "shapes_tiny_transformer.yaml"

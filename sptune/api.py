@@ -47,10 +47,10 @@ def run_study(config: str | Path, overrides: Sequence[str] = (), dir: str | Path
     prefix (s3://bucket/prefix) the study is mirrored under, as <prefix>/<directory name>, so it outlives the
     cluster (sptune.records.storage). Raises UserError for a bad option, before any Ray work.
     """
-    from sptune.search.options import with_values
     from sptune.records import seeds as seed_cells
     from sptune.records import storage as durable
     from sptune.records import studies
+    from sptune.search.options import with_values
 
     options = with_values(options, option_values)
     _check_output(output)
@@ -112,9 +112,9 @@ def evaluate(model: str, task: str, baselines: Sequence[str] | None = None, seed
     change, with paired 95% intervals over `seeds`). `dir` defaults to runs/evaluate/<model>-<task>[-smoke];
     rerunning resumes it. `backend`: "tune" (default) or "plain" (default with `smoke`: no search)."""
     from sptune import registry
-    from sptune.report import architectures, tables as report
     from sptune.experiment import evaluate as comparison
     from sptune.experiment.backends import run_experiment
+    from sptune.report import architectures, tables as report
     from sptune.search.options import with_values
 
     options = with_values(options, option_values)
@@ -203,8 +203,8 @@ def pooled_report(experiment_dirs: list[str | Path], out: str | Path | None = No
 
 def _study_report(study_dir: Path, rows: list[dict[str, Any]], plots: bool = True) -> tuple[str, list[Path]]:
     """The summary of a study's rows (results.csv already written) and, with `plots`, its PNG plots."""
-    from sptune.report import curves, search_plots
     from sptune.records import results
+    from sptune.report import curves, search_plots
 
     if not plots:
         return results.summary(study_dir, rows), []

@@ -1,4 +1,5 @@
-"""Training FLOP/s sptune's models reached on named GPUs: what `sptune plan --gpu` projects with (sptune.experiment.budget).
+"""Training FLOP/s sptune's models reached on named GPUs: what `sptune plan --gpu` projects with
+(sptune.experiment.budget).
 
 Each entry is one model at one precision and sequence length, trained on one GPU (forward + backward + AdamW,
 FLOPs counted by sptune.flops), with the day, the versions and the commit it ran under. A plan divides the

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import sys
 
+from sptune.cli.experiment import main
 from sptune.experiment import evaluate, settings
 from sptune.experiment.plan import Plan
-from sptune.cli.experiment import main
 
 EXPERIMENT = "architectures"
 TASK = settings.CPU_TASK

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import sys
 
+from sptune.cli.experiment import main
 from sptune.config import STAGES
 from sptune.experiment import paper, settings
-from sptune.cli.experiment import main
 from sptune.experiment.plan import Cell, Plan
 
 EXPERIMENT = "data_fractions"

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import sys
 
-from sptune.experiment import settings
 from sptune.cli.experiment import main
+from sptune.experiment import settings
 from sptune.experiment.plan import Cell, Plan
 
 EXPERIMENT = "kernels"

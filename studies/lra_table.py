@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import sys
 
+from sptune.cli.experiment import main
 from sptune.config import STAGES
 from sptune.experiment import paper, settings
-from sptune.report.tables import row_label
-from sptune.cli.experiment import main
 from sptune.experiment.plan import Cell, Plan
+from sptune.report.tables import row_label
 
 EXPERIMENT = "lra_table"
 LRA = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")

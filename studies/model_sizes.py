@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import sys
 
-from sptune.experiment import paper, settings, sizing
 from sptune.cli.experiment import main
+from sptune.experiment import paper, settings, sizing
 from sptune.experiment.plan import Cell, Plan
 
 EXPERIMENT = "model_sizes"

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import sys
 
+from sptune.cli.experiment import main
 from sptune.config import STAGES
 from sptune.experiment import paper, settings
-from sptune.cli.experiment import main
 from sptune.experiment.plan import Cell, Plan, fixed_space
 
 EXPERIMENT = "spt_ratio"

@@ -6,11 +6,11 @@ import pytest
 
 from study_scripts import load_study
 from sptune import config
+from sptune.cli import experiment as cli
 from sptune.errors import UserError
 from sptune.experiment import settings
-from sptune.cli import experiment as cli
-from sptune.report import architectures, tables as report
 from sptune.experiment.plan import plain_point
+from sptune.report import architectures, tables as report
 
 
 
@@ -130,8 +130,8 @@ def test_fresh_seeds_are_a_budget_of_seeds_that_chose_nothing(capsys):
 
 
 def test_learning_curves_put_the_compute_tied_scratch_on_its_architectures_panel(tmp_path, monkeypatch):
-    from sptune.report import figures
     from sptune.experiment.plan import Cell, Plan
+    from sptune.report import figures
     from sptune.report import curves
 
     def run(name, steps):

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from sptune import config, registry
-from sptune.run import runs
 from sptune.build import build_pretrain_model
 from sptune.models import transformer
 from sptune.models.transformer import SelfAttention
+from sptune.run import runs
 from test_transformer import fake_flash_attn
 
 

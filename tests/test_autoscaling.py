@@ -32,8 +32,8 @@ from ray_fixtures import CONFIG, REPO, sptune_env
 from test_cluster import free_ports
 
 from sptune import files
-from sptune.records import studies, results, study_state
 from sptune.experiment.engine import session
+from sptune.records import studies, results, study_state
 from sptune.search import spaces
 from sptune.trials import trainable
 

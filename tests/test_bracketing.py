@@ -13,10 +13,10 @@ from test_resume_study import midway, sptune
 
 from sptune import files
 from sptune.errors import UserError
-from sptune.search import spaces
 from sptune.experiment.engine import driver
-from sptune.search import boundary, bracketing
 from sptune.records import results, studies
+from sptune.search import spaces
+from sptune.search import boundary, bracketing
 
 
 @pytest.mark.parametrize("declared, tried, side, expected", [

@@ -4,10 +4,10 @@ import pytest
 import torch
 
 from sptune import config
-from sptune.run import runs
 from sptune.build import build_backbone
 from sptune.errors import UserError
 from sptune.registry import MODELS, get_task
+from sptune.run import runs
 from sptune.tasks.base import Task
 
 

@@ -19,8 +19,8 @@ from launch_harness import GUARD, dockerfile, image_records, with_ready_image
 from ray_fixtures import CONFIG, REPO, sptune_env
 
 from sptune import files
-from sptune.records import studies, results
 from sptune.experiment.engine import session
+from sptune.records import studies, results
 
 
 def test_cluster_yaml_matches_the_schema_shipped_with_ray():

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from sptune.search.options import Options
-from sptune.report import curves
 from sptune.records import results, studies, study_state
+from sptune.report import curves
+from sptune.search.options import Options
 
 
 def fake_trial(study_dir, stage, trial_id, best_val, train_flops, steps=20, init=None):

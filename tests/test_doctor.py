@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from ray_fixtures import ray_instance  # noqa: F401 - the session's one Ray
-from sptune.cli import main as cli
 from sptune import doctor
+from sptune.cli import main as cli
 
 
 @pytest.fixture(scope="module")

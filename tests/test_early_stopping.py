@@ -8,10 +8,10 @@ import yaml
 from ray_fixtures import CONFIG, TINY, bare_study
 
 from sptune import atomic, files
-from sptune.run import train
 from sptune.config import load as load_config
 from sptune.errors import UserError
 from sptune.records import studies, results
+from sptune.run import train
 from sptune.search import spaces
 from sptune.trials import stopped, trainable
 

@@ -8,8 +8,8 @@ from open_watch import OpenWatch, other_opens, own_opens
 from ray_fixtures import TINY, ray_instance  # noqa: F401 (a fixture)
 
 from sptune import files
-from sptune.experiment.plan import Cell, Plan
 from sptune.experiment.backends import experiment_rows, run_experiment
+from sptune.experiment.plan import Cell, Plan
 from sptune.records import results
 from sptune.search.options import Options
 

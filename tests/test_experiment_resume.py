@@ -14,8 +14,8 @@ from ray_fixtures import REPO, TINY, ray_instance, sptune_env  # noqa: F401 (a f
 from test_resume_study import midway, ray_left_behind
 
 from sptune import files
-from sptune.records import results, study_state
 from sptune.experiment.engine import session
+from sptune.records import results, study_state
 
 pytestmark = pytest.mark.slow  # ~90 s on 2 CPU cores: the killed run, its resume, an uninterrupted run
 

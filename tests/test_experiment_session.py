@@ -25,9 +25,9 @@ from pathlib import Path
 
 import ray
 
-from sptune.experiment.plan import Cell, Plan, fixed_space
 from sptune.experiment.backends import run_experiment
 from sptune.experiment.engine import session
+from sptune.experiment.plan import Cell, Plan, fixed_space
 from sptune.search.options import Options
 
 experiment_dir = Path(sys.argv[1])

@@ -9,14 +9,14 @@ from ray_fixtures import CONFIG, TINY, ray_instance  # noqa: F401 (fixture)
 from test_tune import new_study
 
 from sptune import files
-from sptune.records import studies, results, study_state
-from sptune.trials import resources, trainable
-from sptune.search import searcher as search
-from sptune.search import spaces
-from sptune.experiment.engine import driver
 from sptune.cli.main import main
 from sptune.config import load as load_config
 from sptune.errors import UserError
+from sptune.experiment.engine import driver
+from sptune.records import studies, results, study_state
+from sptune.search import searcher as search
+from sptune.search import spaces
+from sptune.trials import resources, trainable
 
 
 # ----------------------------------------------------------------------------- devices

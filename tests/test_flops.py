@@ -8,10 +8,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from sptune import config, flops
-from sptune.run import runs, train
 from sptune.build import build_pretrain_model
 from sptune.models.s4 import S4Layer
 from sptune.registry import get_task
+from sptune.run import runs, train
 from sptune.tasks.base import Task
 
 

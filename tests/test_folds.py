@@ -9,10 +9,10 @@ from test_bracketing import low_grid_study
 from sptune import folds, protocol
 from sptune.config import load as load_config
 from sptune.errors import UserError
-from sptune.tasks.base import Split
+from sptune.records import studies
 from sptune.search import spaces
 from sptune.search import boundary, bracketing
-from sptune.records import studies
+from sptune.tasks.base import Split
 
 
 def splits(n_train=23, n_val=9, classes=3):

@@ -14,9 +14,9 @@ from ray_fixtures import CONFIG, TINY, sptune_env
 
 from sptune import config
 from sptune.errors import UserError
+from sptune.records import studies
 from sptune.search import spaces
 from sptune.search.options import Options
-from sptune.records import studies
 from sptune.trials import resources, trainable
 
 GIB = 2**30
@@ -136,8 +136,8 @@ import json, sys, time
 from pathlib import Path
 import ray
 from sptune.experiment.engine import driver
-from sptune.search.options import Options
 from sptune.records import studies
+from sptune.search.options import Options
 from sptune.trials import trainable
 
 def all_four_at_once(trial):

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from sptune import config, registry
+from sptune.records.studies import SMOKE_OVERRIDES
 from sptune.run import train
 from sptune.tasks.base import SPECIAL_TOKENS, Split, Task
-from sptune.records.studies import SMOKE_OVERRIDES
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER_CONFIGS = sorted(p for p in (REPO / "configs").glob("*.yaml") if p.name != "listops_mini_transformer.yaml"

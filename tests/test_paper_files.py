@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 
 from study_scripts import load_study
-from sptune.config import STAGES
 from sptune import config
-from sptune.registry import TASKS
+from sptune.config import STAGES
 from sptune.experiment import paper, paper_files, sizing
 from sptune.records import studies
+from sptune.registry import TASKS
 from sptune.search import spaces
 
 REPO = Path(__file__).resolve().parents[1]

@@ -4,10 +4,10 @@ and the setting is fingerprinted only when on; the main job's budgets as the con
 import pytest
 
 from sptune import config
-from sptune.run import fingerprint, train
-from sptune.report import pairs
 from sptune.errors import UserError
 from sptune.experiment import settings
+from sptune.report import pairs
+from sptune.run import fingerprint, train
 
 TINY = ["model.d_model=16", "model.n_layers=1", "model.n_heads=2", "model.d_ff=16", "optim.batch_size=8",
         "optim.max_steps=40", "optim.eval_every=4", "task.max_val_examples=16", "task.max_test_examples=16",

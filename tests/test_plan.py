@@ -9,11 +9,11 @@ import pytest
 import torch
 import yaml
 
-from sptune.experiment import budget
 from sptune import config, doctor
-from sptune.run import train, train_setup
 from sptune.cli.main import main
+from sptune.experiment import budget
 from sptune.records import studies
+from sptune.run import train, train_setup
 from sptune.search import spaces
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from sptune.cli import main as cli
 from sptune import config, plugins, registry
-from sptune.run import fingerprint
 from sptune.build import build_task_model
+from sptune.cli import main as cli
 from sptune.errors import UserError
+from sptune.run import fingerprint
 
 REPO = Path(__file__).resolve().parents[1]
 LAYERS = '''

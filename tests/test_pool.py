@@ -10,11 +10,11 @@ import pytest
 
 from study_scripts import load_study
 from sptune.cli import experiment as experiments_cli
-from sptune.report import stats
 from sptune.cli.main import main
 from sptune.errors import UserError
-from sptune.report import pool, tables as report
 from sptune.experiment.plan import load_plan, save_plan
+from sptune.report import stats
+from sptune.report import pool, tables as report
 
 REPO = Path(__file__).resolve().parents[1]
 ARMS = {("Transformer", "scratch"): 0.40, ("Transformer", "masked"): 0.47, ("S4D", "scratch"): 0.74,

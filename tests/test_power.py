@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from sptune.report import power, stats
 from sptune.cli.main import main
-from sptune.report import architectures
 from sptune.experiment import endpoints, pilots
+from sptune.report import power, stats
+from sptune.report import architectures
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDS = REPO / "docs" / "records"

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from sptune import config, files, registry
-from sptune.run import provenance, runs, train
 from sptune.build import build_task_model
 from sptune.models import transformer
+from sptune.run import provenance, runs, train
 from test_transformer import fake_flash_attn
 
 CPU = torch.device("cpu")

@@ -7,9 +7,9 @@ import pytest
 
 from sptune import config, registry
 from sptune.cli import experiment as experiments_cli
-from sptune.run import fingerprint
 from sptune.errors import UserError
 from sptune.experiment.plan import Cell, Plan
+from sptune.run import fingerprint
 
 
 @pytest.fixture(autouse=True)

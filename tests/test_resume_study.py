@@ -17,10 +17,10 @@ import pytest
 import yaml
 from ray_fixtures import sptune_env
 
-from sptune.config import STAGES
 from sptune import files
-from sptune.records import results
+from sptune.config import STAGES
 from sptune.experiment.engine import session
+from sptune.records import results
 from sptune.search import journal
 
 pytestmark = pytest.mark.slow

@@ -10,10 +10,10 @@ import torch
 from reproducibility import assert_reproduces
 
 from sptune import config, files
+from sptune.cli.main import main
+from sptune.records import results
 from sptune.run import fingerprint, train
 from sptune.run.runs import identify, run_dir_of
-from sptune.records import results
-from sptune.cli.main import main
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["model.d_model=16", "model.n_layers=1", "model.n_heads=2", "model.d_ff=16", "optim.batch_size=8",

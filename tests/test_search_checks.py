@@ -4,10 +4,10 @@ selections at an edge of the grid each study searched, and selected trials whose
 from study_scripts import load_study
 from sptune import atomic, files
 from sptune.cli import experiment as cli
-from sptune.report import search_checks
 from sptune.experiment.backends import create_cell_study
-from sptune.search.options import Options
 from sptune.records import study_state
+from sptune.report import search_checks
+from sptune.search.options import Options
 
 
 def architectures_cells(tmp_path, backend="tune"):

@@ -9,10 +9,10 @@ from ray_fixtures import CONFIG, TINY, ray_instance, sptune_env  # noqa: F401 (f
 
 from sptune import files
 from sptune.cli.main import main
-from sptune.records import studies
 from sptune.experiment.engine import session
-from sptune.records import seeds
 from sptune.experiment.engine import driver
+from sptune.records import studies
+from sptune.records import seeds
 from test_tune import write_space
 
 CLI_TINY = [*TINY, "run.progress=false"]

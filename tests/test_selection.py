@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from sptune.run import checkpoints, runs, train
 from sptune import config, selection
 from sptune.build import build_pretrain_model, build_task_model
 from sptune.registry import get_task
+from sptune.run import checkpoints, runs, train
 
 TINY = ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.d_ff=32", "optim.batch_size=8",
         "optim.max_steps=16", "optim.eval_every=4", "optim.warmup_steps=0", "task.max_val_examples=16",

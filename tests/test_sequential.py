@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sptune.report import sequential
 from sptune.cli.main import main
 from sptune.errors import UserError
 from sptune.experiment import endpoints, looks, pilots
+from sptune.report import sequential
 from sptune.report import tables as report
 
 REPO = Path(__file__).resolve().parents[1]

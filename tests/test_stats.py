@@ -7,8 +7,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from sptune.report import pairs, stats
 from sptune.errors import UserError
+from sptune.report import pairs, stats
 
 
 def test_paired_interval_hand_computed_case():

@@ -10,15 +10,15 @@ import torch
 
 from study_scripts import load_study
 from sptune import atomic, config, files
+from sptune.cli import experiment as cli
+from sptune.errors import UserError
+from sptune.experiment import paper, settings, sizing
+from sptune.experiment.plan import Cell, Plan, load_plan, plain_point, repo_space, save_plan
+from sptune.models.s4 import S4Layer
+from sptune.records import results
+from sptune.report import kernel_analysis, tables as report
 from sptune.run import train
 from sptune.run.data import train_fraction
-from sptune.models.s4 import S4Layer
-from sptune.cli import experiment as cli
-from sptune.report import kernel_analysis, tables as report
-from sptune.experiment import paper, settings, sizing
-from sptune.errors import UserError
-from sptune.experiment.plan import Cell, Plan, load_plan, plain_point, repo_space, save_plan
-from sptune.records import results
 from sptune.tasks.base import Split
 
 # ----------------------------------------------------------------------------- sizing (Appendix E)

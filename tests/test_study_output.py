@@ -13,17 +13,17 @@ import yaml
 from optuna.trial import TrialState
 from ray_fixtures import CONFIG, REPO, TINY, ray_instance, sptune_env  # noqa: F401 (fixture)
 
-from sptune.config import STAGES
 import sptune
 from sptune import files, output
-from sptune.trackers import loggers
-from sptune.search import spaces
-from sptune.records import studies, results, study_state
-from sptune.search import searcher as search
-from sptune.trials import trainable
-from sptune.experiment.engine import driver
-from sptune.search import journal
 from sptune.cli.main import main
+from sptune.config import STAGES
+from sptune.experiment.engine import driver
+from sptune.records import studies, results, study_state
+from sptune.search import spaces
+from sptune.search import searcher as search
+from sptune.search import journal
+from sptune.trackers import loggers
+from sptune.trials import trainable
 
 ONE = {"params": {"optim.lr": [1e-3], "optim.batch_size": [8]}}
 TWO = {"params": {"optim.lr": [1e-3, 3e-3], "optim.batch_size": [8]}}
@@ -115,8 +115,8 @@ def test_captured_output_goes_to_the_log_and_our_lines_to_both(tmp_path, capsys)
 
 
 def test_cell_lines_give_wall_time_and_eta_only_when_cells_run_one_after_another(tmp_path, capsys):
-    from sptune.experiment.plan import Cell
     from sptune.experiment.backends import CellProgress
+    from sptune.experiment.plan import Cell
 
     cells = [Cell(key=key, labels={}, space={}, overrides=()) for key in ("a", "b")]
     with output.captured(tmp_path / files.STUDY_LOG) as console:

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from sptune.run import checkpoints, train
 from sptune import config, registry
+from sptune.run import checkpoints, train
 from sptune.tasks.base import Split, Task
 
 TINY = ["model.d_model=16", "model.n_layers=1", "model.n_heads=2", "model.d_ff=16", "model.d_state=8",

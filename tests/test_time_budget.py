@@ -17,8 +17,8 @@ from ray.tune import ExperimentAnalysis
 from ray_fixtures import CONFIG, TINY, ray_instance  # noqa: F401 (fixture)
 
 from sptune import files
-from sptune.records import studies, results
 from sptune.experiment.engine import driver, stopping
+from sptune.records import studies, results
 
 pytestmark = pytest.mark.slow
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 from reproducibility import assert_reproduces
 
-from sptune.run import checkpoints, train, train_setup
 from sptune import config, files, registry
 from sptune.errors import UserError
+from sptune.run import checkpoints, train, train_setup
 from sptune.trials import trainable
 
 TINY = ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.d_ff=32", "optim.batch_size=8",

@@ -9,8 +9,8 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
 from sptune import config, registry
-from sptune.run import objectives, runs, train
 from sptune.build import build_pretrain_model, build_task_model
+from sptune.run import objectives, runs, train
 from sptune.run.data import batch, step_draw
 
 TINY = ["model.d_model=16", "model.n_layers=1", "model.n_heads=2", "model.d_ff=16", "model.d_state=8",

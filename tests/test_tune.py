@@ -16,15 +16,15 @@ from open_watch import OpenWatch, other_opens, own_opens
 from ray_fixtures import CONFIG, REPO, TINY, bare_study, ray_instance, sptune_env  # noqa: F401 (fixture)
 
 from sptune import atomic, files
-from sptune.records import studies, results, study_state
-from sptune.search import searcher as search
-from sptune.experiment.engine import session
-from sptune.search import spaces
-from sptune.trials import trainable
-from sptune.experiment.engine import driver
 from sptune.cli.main import main
 from sptune.errors import UserError
+from sptune.experiment.engine import session
+from sptune.experiment.engine import driver
+from sptune.records import studies, results, study_state
 from sptune.registry import MODELS, TASKS
+from sptune.search import searcher as search
+from sptune.search import spaces
+from sptune.trials import trainable
 
 EMBEDDED_DEMOS = {"listops-mini", "shapes-tiny", "pathfinder-tiny", "ucr-osuleaf"}  # CPU-sized grids, hand-written
 PAPER_FILES = ["listops/transformer", "listops/s4", "text/transformer", "text/s4", "image/transformer", "image/s4",

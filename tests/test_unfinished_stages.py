@@ -6,11 +6,11 @@ import json
 
 from sptune import api, files
 from sptune.cli import experiment as cli
-from sptune.report import tables as report
-from sptune.experiment.plan import Cell, Plan, save_plan
 from sptune.experiment.backends import create_cell_study
-from sptune.search.options import Options
+from sptune.experiment.plan import Cell, Plan, save_plan
 from sptune.records import results, seeds, study_state
+from sptune.report import tables as report
+from sptune.search.options import Options
 
 OVERRIDES = ("task.name=listops-mini", "model.name=transformer")
 

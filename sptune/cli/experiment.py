@@ -25,10 +25,10 @@ from typing import Callable
 from sptune import files, output
 from sptune.cli import study as study_cli
 from sptune.errors import UserError
-from sptune.experiment.plan import BACKENDS, Plan
-from sptune.experiment.settings import FIRST_SELECTION_SEEDS
 from sptune.experiment.backends import CellProgress, run_experiment
 from sptune.experiment.engine import interrupts
+from sptune.experiment.plan import BACKENDS, Plan
+from sptune.experiment.settings import FIRST_SELECTION_SEEDS
 from sptune.search import options as search_options
 
 
@@ -212,8 +212,8 @@ def not_done_exit(experiment_dir: Path, not_done: list[str]) -> int:
 # ----------------------------------------------------------------------------- sptune report
 def print_budget(plan: Plan, options: search_options.Options, args: argparse.Namespace) -> None:
     """The experiment's budget (sptune.experiment.budget), cell by cell, before anything trains."""
-    from sptune.experiment.backends import cell_budget
     from sptune.experiment import budget
+    from sptune.experiment.backends import cell_budget
 
     stages = [stage for cell in plan.cells for stage in cell_budget(cell, plan.backend, options)]
     title = f"plan of {plan.experiment}: {len(plan.cells)} cells, backend {plan.backend}; nothing trains"

@@ -68,7 +68,8 @@ def compare_once(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
 def compare_seeds(args: argparse.Namespace) -> int:
     """`compare --seeds 0 1 2`: the single-seed comparison once per seed (run.seed=S, default run names carry
-    the seed), then the paired gain over seeds with its 95% Student-t interval (sptune.report.pairs / sptune.report.stats)."""
+    the seed), then the paired gain over seeds with its 95% Student-t interval (sptune.report.pairs and
+    sptune.report.stats)."""
     import time
 
     from sptune.report import pairs
@@ -144,8 +145,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     """`sptune evaluate ...`: the experiment command line (sptune.cli.experiment) over sptune.experiment.evaluate;
     its directory runs/evaluate/<model>-<task>[-smoke] unless --dir names one."""
-    from sptune.cli import experiment as experiments_cli
     from sptune import registry
+    from sptune.cli import experiment as experiments_cli
     from sptune.experiment import evaluate
 
     known, _ = evaluate.name_parser().parse_known_args(args.arguments)

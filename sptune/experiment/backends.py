@@ -35,10 +35,10 @@ from typing import Any, Callable
 from sptune import atomic, files, output
 from sptune.config import STAGES, load as load_config
 from sptune.errors import UserError
+from sptune.experiment.engine.session import ray_session
 from sptune.experiment.plan import BACKENDS, Cell, Plan, plain_point, repo_space, save_plan, study_space
 from sptune.records import results, study_state
 from sptune.search.options import Options
-from sptune.experiment.engine.session import ray_session
 
 log = logging.getLogger("sptune.experiment")
 

@@ -115,8 +115,8 @@ def random_split(task: Any, n: int) -> Split:
 @lru_cache(maxsize=None)
 def model_flops(cfg_key: str, stage: str) -> Any:
     """sptune.flops.Flops of the stage's model (cached: grid points differ in lr and batch, not shape)."""
-    from sptune.run import runs, train
     from sptune.registry import task_of
+    from sptune.run import runs, train
 
     cfg = from_dict(json.loads(cfg_key))
     task = task_of(cfg.task)
@@ -369,8 +369,8 @@ def step_seconds(at: Callable[[int], Any], model: torch.nn.Module, trained: torc
 
 def run_at(cfg: Config, fp: Any, stage: str, device: torch.device, batch: int) -> Any:
     """train.Run of the timed config at `batch` examples a step (its run directory is never used)."""
-    from sptune.run import train
     from sptune.registry import task_of
+    from sptune.run import train
 
     cfg = dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, batch_size=batch))
     return train.Run(cfg, task_of(cfg.task), stage, Path(), fp, 0, 1, device)

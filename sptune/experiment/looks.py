@@ -21,9 +21,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sptune.report import sequential
 from sptune.errors import UserError
 from sptune.experiment import endpoints
+from sptune.report import sequential
 
 VERDICT_TEXT = {"continue": "continue", "efficacy": "stop for efficacy", "futility": "stop for futility (non-binding)",
                 "final: no efficacy": "final look: no efficacy", "no test": "no test (zero variance)"}
@@ -68,7 +68,8 @@ def design_text(design: sequential.Design, source: str) -> str:
                 "(non-binding: the efficacy bounds ignore it)")
     return (f"Design ({source}): {design.looks} looks at {', '.join(map(str, design.look_sizes()))} of "
             f"{design.seeds} planned seeds; two-sided alpha {design.alpha:g} spent by the {design.spending}-type "
-            f"function (Lan & DeMets); critical t calibrated to the alpha spent at each look (sptune.report.sequential); "
+            f"function (Lan & DeMets); critical t calibrated to the alpha spent at each look "
+            f"(sptune.report.sequential); "
             f"futility: {futility}.")
 
 

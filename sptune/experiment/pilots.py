@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from sptune.report import power
 from sptune.errors import UserError
 from sptune.experiment import endpoints, looks
-from sptune.report import pool
 from sptune.experiment.plan import Plan, load_plan
+from sptune.report import power
+from sptune.report import pool
 
 
 def read(experiment_dirs: list[str | Path]) -> tuple[Plan, list[dict[str, Any]]]:

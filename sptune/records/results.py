@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from sptune import files, protocol
-from sptune.search import boundary
+from sptune.atomic import write_text as write_text_atomic
+from sptune.config import STAGES
 from sptune.records import study_state
 from sptune.records.study_state import Selection, StudyState
 from sptune.records.trial_rows import COLUMNS, RESULT_KEYS, TrialRow
-from sptune.config import STAGES
-from sptune.atomic import write_text as write_text_atomic
+from sptune.search import boundary
 
 RULE = ("selection: per stage, the trial with the best validation metric (a tie, i.e. the same number of correct "
         "targets or an equal R², broken by the lower validation loss); its test metric is measured at that trial's "

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from sptune import atomic, files
-from sptune.report import pairs
 from sptune.atomic import write_text as write_text_atomic
 from sptune.config import STAGES
 from sptune.records import layout, results, studies, study_state
+from sptune.report import pairs
 from sptune.search.options import Options
 
 

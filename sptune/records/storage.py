@@ -23,11 +23,12 @@ Each other file is uploaded whole (written locally by rename, read once), many a
 grow in place (GROWING: the study log, the Optuna journal, TensorBoard events, Tune's per-trial logs): those are
 stored in parts of PART_BYTES (`<file>.part-00000`, ...), and a push uploads the part the file ended in and the
 new ones, not the whole file; a file whose earlier bytes changed (its last TAIL_BYTES before the old end differ)
-is uploaded in full again. Files removed locally (Tune's rotated checkpoints) are removed from the storage. The manifest (what the storage holds) is written after
-the uploads and again after the deletes, and a delete of what is already gone succeeds: a push cut at any point
-(a kill, a storage error) leaves the next one able to finish. The manifest is a log, each push appending what it
-changed (a line cut short by a kill is ignored: its file is uploaded again), compacted once it is twice what
-it describes; the mirror keeps it in memory, so a push writes what changed, not the whole study.
+is uploaded in full again. Files removed locally (Tune's rotated checkpoints) are removed from the storage.
+The manifest (what the storage holds) is written after the uploads and again after the deletes, and a delete of
+what is already gone succeeds: a push cut at any point (a kill, a storage error) leaves the next one able to
+finish. The manifest is a log, each push appending what it changed (a line cut short by a kill is ignored: its
+file is uploaded again), compacted once it is twice what it describes; the mirror keeps it in memory, so a push
+writes what changed, not the whole study.
 
 The cost of a push, as a study grows (benchmarks/storage_scale.py): the driver's periodic pushes
 (`whole=False`) re-read a folder only when its mtime changed (a file added, renamed over or removed) or it changed
@@ -35,8 +36,8 @@ at one of its last QUIET_ROUNDS reads; a quiet folder is re-read one push in QUI
 place there (a log, TensorBoard events) reaches the storage within QUIET_ROUNDS pushes. Tune's snapshot, which
 grows with the trials, goes when TUNE_STATE_SHARE of the time since the last one covers what that one took (Tune's
 own rule for its snapshots: at most 5% of the run). Any other push (attach, the driver's last) is whole.
-A push raises what the storage raised; the driver pushes from its own thread (sptune.experiment.engine.mirroring), which
-retries. Filesystems come from pyarrow (`pyarrow.fs.FileSystem.from_uri`); S3 reads the usual AWS settings
+A push raises what the storage raised; the driver pushes from its own thread
+(sptune.experiment.engine.mirroring), which retries. Filesystems come from pyarrow (`pyarrow.fs.FileSystem.from_uri`); S3 reads the usual AWS settings
 (credentials, AWS_ENDPOINT_URL for an S3-compatible server).
 """
 

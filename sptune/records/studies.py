@@ -39,13 +39,13 @@ from sptune import files, folds, protocol, registry
 from sptune.config import STAGES
 from sptune.config import load as load_config
 from sptune.errors import UserError
+from sptune.records import layout, results, study_state
+from sptune.records.study_state import Selection, StudyState
 from sptune.registry import check_names
-from sptune.trackers import loggers
 from sptune.search import spaces
 from sptune.search import bracketing
-from sptune.records import layout, results, study_state
 from sptune.search.options import Options, Resolved
-from sptune.records.study_state import Selection, StudyState
+from sptune.trackers import loggers
 from sptune.trials.trainable import PATHS, TrialSpec, choose_path, trial_resources
 
 log = logging.getLogger("sptune.engine")
@@ -130,8 +130,8 @@ def default_space(stage: dict[str, Any]) -> spaces.SearchSpace:
 def step_budgets(stage: dict[str, Any], params: dict[str, Any]) -> dict[int, int]:
     """The optimizer steps each searched batch size trains for (data.stage_steps, as run_stage resolves
     them; with optim.epochs the training split's size comes from Task.split_sizes)."""
-    from sptune.run.data import fraction_size, stage_steps
     from sptune.registry import get_task
+    from sptune.run.data import fraction_size, stage_steps
 
     optim, task = stage["optim"], stage["task"]
     sizes = params.get("optim.batch_size")

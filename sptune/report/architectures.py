@@ -27,8 +27,8 @@ from collections import Counter
 from typing import Any
 
 from sptune import baselines, registry
-from sptune.report import pairs, power, stats
 from sptune.errors import UserError
+from sptune.report import pairs, power, stats
 
 SPT, SCRATCH, TIED = "masked", "scratch", "tied"  # arm keys: SPT, scratch, scratch at SPT's total steps
 ROLES = ("selection", "confirmation")

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from sptune.atomic import replacing
 from sptune.records import results
-from sptune.report.search_plots import PLOTS_DIR
 from sptune.records.trial_rows import TrialRow
+from sptune.report.search_plots import PLOTS_DIR
 
 CURVES_PNG = "learning-curves.png"
 ARMS = (("scratch", "scratch", "tab:gray"), ("finetune", "SPT (pretrain → finetune)", "tab:blue"))

@@ -15,13 +15,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from sptune.run import checkpoints
 from sptune import files
 from sptune.build import build_backbone
 from sptune.config import Config
 from sptune.config import load as load_config
 from sptune.models.s4 import SSMConvBlock
 from sptune.registry import task_of
+from sptune.run import checkpoints
 
 
 @torch.no_grad()

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from sptune import atomic
-from sptune.report import stats
 from sptune.errors import UserError
+from sptune.report import stats
 
 
 @dataclass

@@ -19,9 +19,9 @@ from typing import Any
 from sptune import files
 from sptune.errors import UserError
 from sptune.experiment import looks
-from sptune.report import tables as report
-from sptune.experiment.plan import Cell, Plan, load_plan
 from sptune.experiment.backends import experiment_rows
+from sptune.experiment.plan import Cell, Plan, load_plan
+from sptune.report import tables as report
 
 FLOAT_COLUMNS = ("test", "val", "lr", "device_seconds", "search_device_seconds", "flops", "train_loss")
 INT_COLUMNS = ("n_params", "best_step", "steps")

@@ -27,8 +27,8 @@ from __future__ import annotations
 import math
 from statistics import NormalDist
 
-from sptune.report import stats
 from sptune.errors import UserError
+from sptune.report import stats
 
 EXACT, APPROXIMATE = "nct", "normal"
 METHOD_TEXT = {EXACT: "exact: noncentral t distribution (scipy.stats.nct)",

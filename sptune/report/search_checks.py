@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from sptune import files
-from sptune.report import pairs
 from sptune.config import STAGES
 from sptune.experiment.plan import Plan
-from sptune.search import boundary
 from sptune.records import results, study_state
+from sptune.report import pairs
+from sptune.search import boundary
 
 
 def lines(plan: Plan, rows: list[dict[str, Any]], experiment_dir: Path) -> list[str]:

@@ -21,9 +21,9 @@ import optuna  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
 from optuna.visualization import matplotlib as ovm  # noqa: E402
 
-from sptune import files
-from sptune.config import STAGES
+from sptune import files  # noqa: E402
 from sptune.atomic import replacing  # noqa: E402
+from sptune.config import STAGES  # noqa: E402
 from sptune.search import journal  # noqa: E402
 
 log = logging.getLogger("sptune.engine")

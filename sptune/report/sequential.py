@@ -61,8 +61,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from sptune import atomic
-from sptune.report import stats
 from sptune.errors import UserError
+from sptune.report import stats
 
 DESIGN_FILE = "design.json"
 SPENDING = ("obrien-fleming", "pocock")

@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from sptune import atomic, files
-from sptune.report import multiplier, pairs, stats
-from sptune.config import load as load_config
 from sptune.atomic import write_text as write_text_atomic
-from sptune.report import architectures, figures, search_checks
-from sptune.experiment.plan import Plan, load_plan
+from sptune.config import load as load_config
 from sptune.experiment.backends import cell_columns, experiment_rows
+from sptune.experiment.plan import Plan, load_plan
 from sptune.records import results
+from sptune.report import multiplier, pairs, stats
+from sptune.report import architectures, figures, search_checks
 
 ARM_SUFFIX = {"scratch": "", "masked": " + Masked SPT", "causal": " + Causal SPT", "pretrain": " (pretrained)"}
 

@@ -18,11 +18,11 @@ from pathlib import Path
 import torch
 
 from sptune import files
-from sptune.run import fingerprint
 from sptune.config import Config, ModelConfig, ObjectiveConfig, check_causal_norm, dump, resolve_compile
 from sptune.config import load as load_config
 from sptune.errors import UserError
 from sptune.registry import slug, task_of
+from sptune.run import fingerprint
 from sptune.tasks.base import Task
 
 log = logging.getLogger("sptune.run.train")

@@ -27,18 +27,20 @@ import torch
 from torch import nn
 
 from sptune import atomic, files, flops, protocol, selection
-from sptune.run import checkpoints, fingerprint, provenance, rng_state
 from sptune.build import build_pretrain_model, build_task_model, count_parameters
 from sptune.config import STAGES, Config, ObjectiveConfig
-from sptune.run.data import Prefetcher, batch, eval_batches, example_draw, step_draw, stage_steps, train_batch_index, train_batch_size, train_fraction
 from sptune.errors import UserError
 from sptune.folds import cross_validation
 from sptune.models.backbone import SequenceModel, drop_mask_channel
-from sptune.run.objectives import Denoising, MaskDraw, Metric, causal_denoising, denoising_loss, masked_denoising
 from sptune.registry import check_names, task_of
+from sptune.run import checkpoints, fingerprint, provenance, rng_state
+from sptune.run.data import (Prefetcher, batch, eval_batches, example_draw, step_draw, stage_steps, train_batch_index,
+                             train_batch_size, train_fraction)
+from sptune.run.objectives import Denoising, MaskDraw, Metric, causal_denoising, denoising_loss, masked_denoising
 from sptune.run.runs import claim, identify, pretrain_dir, run_dir_of
+from sptune.run.train_setup import (autocast, distributed_rank, make_optimizer, make_progress, make_schedule,
+                                    make_writer, pick_device, wrap_model)
 from sptune.tasks.base import Split, Task
-from sptune.run.train_setup import autocast, distributed_rank, make_optimizer, make_progress, make_schedule, make_writer, pick_device, wrap_model
 
 log = logging.getLogger("sptune.run.train")
 

@@ -36,10 +36,10 @@ from typing import Any, Collection
 from sptune import folds
 from sptune.errors import UserError
 from sptune.folds import FOLD_KEY
-from sptune.search import spaces
 from sptune.records import results, study_state
-from sptune.search.boundary import number, ordered_grid
 from sptune.records.study_state import StudyState
+from sptune.search import spaces
+from sptune.search.boundary import number, ordered_grid
 
 DEFAULT_LIMITS = {"optim.lr": [1e-6, 1.0]}
 MAX_STEPS = 4  # beyond the declared grid, per parameter and side

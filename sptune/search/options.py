@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from sptune.errors import UserError
-from sptune.trackers.loggers import LOGGERS
 from sptune.search.spaces import SAMPLERS
+from sptune.trackers.loggers import LOGGERS
 from sptune.trials.trainable import PATHS
 
 

@@ -246,7 +246,8 @@ ASHA_MIN_TRIALS = 8
 
 def stage_asha(options: Any, trials: int) -> dict[str, Any] | None:
     """The ASHA settings of a stage of `trials` trials, or None (FIFO). options: a study's
-    sptune.search.options.Resolved; asha_min_trials is 0 when ASHA was asked for (--asha, an asha block), so every stage gets it."""
+    sptune.search.options.Resolved; asha_min_trials is 0 when ASHA was asked for (--asha, an asha block), so
+    every stage gets it."""
     return options.asha if options.asha and trials >= options.asha_min_trials else None
 
 

@@ -9,8 +9,8 @@ Two kinds of failure:
                     retry it FailureConfig.max_failures times, Tune x Train times on the train path).
     crash           anything else (a bug, a killed process): Tune retries the trial from its last
                     checkpoint, max_failures times, and without limit when the trial lost its node
-                    (sptune.experiment.engine.preemption); when the retries are spent, sptune.trials.outcomes writes Tune's error into
-                    the run directory (error.json), so the table shows the trial as `failed` with
+                    (sptune.experiment.engine.preemption); when the retries are spent,
+                    sptune.trials.outcomes writes Tune's error into the run directory (error.json), so the table shows the trial as `failed` with
                     that error, and `sptune resume --retry-failed` runs it again from its checkpoint.
 """
 

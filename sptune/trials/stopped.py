@@ -18,8 +18,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from sptune.run import checkpoints
 from sptune import files
+from sptune.run import checkpoints
 
 log = logging.getLogger("sptune.engine")
 
@@ -59,10 +59,10 @@ def stopped_result(run_dir: Path, stage: str, world: int = 1) -> dict[str, Any]:
     import torch
 
     from sptune import config
-    from sptune.run import train
     from sptune.build import count_parameters
-    from sptune.run.data import stage_steps, train_fraction
     from sptune.registry import task_of
+    from sptune.run import train
+    from sptune.run.data import stage_steps, train_fraction
 
     cfg = config.load(run_dir / files.CONFIG)
     task = task_of(cfg.task)

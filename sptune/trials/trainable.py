@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from sptune import atomic, files
-from sptune.run import checkpoints
 from sptune.config import Config, from_dict, with_params
+from sptune.run import checkpoints
 
 log = logging.getLogger("sptune.engine")
 

@@ -12,9 +12,9 @@ process, in its main thread: several Tuners at once are not supported by Ray (Tu
     signals          sptune.experiment.engine.interrupts: Ctrl-C / SIGTERM end the loop at a step boundary
 
 The experiment lives in memory (sptune.experiment.engine.domain: Experiment, Cell, Stage): each study.json is
-read once per start, and written when a stage ends or a selection is made, for a resume and the reports. Each trial runs as its cell's study
-runs it: its spec (studies.trial_spec) reaches it through tune.with_parameters (sptune.trials.entry),
-so every cell directory is a study directory: study.json with its stage states and selection,
+read once per start, and written when a stage ends or a selection is made, for a resume and the reports. Each
+trial runs as its cell's study runs it: its spec (studies.trial_spec) reaches it through tune.with_parameters
+(sptune.trials.entry), so every cell directory is a study directory: study.json with its stage states and selection,
 <stage>/<trial run dir>/, results via sptune.records.results.collect. A stage is marked done when its
 last trial ended and ASHA's stopped trials got their test metric in a Ray task on a trial node
 (sptune.trials.stopped); never while the run is stopping.
@@ -43,15 +43,15 @@ from ray.tune.search import Searcher
 
 from sptune import atomic, files, output, protocol
 from sptune.config import STAGES
-from sptune.trackers import loggers
-from sptune.search import spaces
 from sptune.experiment.engine import domain, interrupts, mirroring, preemption, stopping
-from sptune.search import searcher as search
 from sptune.experiment.engine.routing import Group, GroupCallbacks, GroupScheduler
 from sptune.experiment.engine.session import ray_session
-from sptune.search import bracketing, journal
 from sptune.records import results, seeds, studies, study_state
 from sptune.records.study_state import DONE, StudyState, stage_finished
+from sptune.search import spaces
+from sptune.search import searcher as search
+from sptune.search import bracketing, journal
+from sptune.trackers import loggers
 from sptune.trials import entry, outcomes, resources, stopped
 from sptune.trials.trainable import LINEAGE_KEY, stage_trainable
 
