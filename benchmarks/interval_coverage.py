@@ -28,7 +28,7 @@ The model, in accuracy points (a point = 0.01), per seed i of n (n = 3, 5, 10):
   data multiplier  scratch's accuracy at fraction f of the data is A(f) (log-linear: 72 + 9 log2 f, about the
                    main job's 52 -> 72 over 12.5% -> 100%; or a saturating 85 - 13 / sqrt(f)), SPT's at f is
                    A(m f): SPT at f is worth m times the data. Run at fractions 1/8, 1/4, 1/2, 1 as
-                   studies/data_fractions.py --cpu; every run of seed i shares u_i (sd 1.5), each run has its own
+                   experiments/data_fractions.py --cpu; every run of seed i shares u_i (sd 1.5), each run has its own
                    noise (sd 2). The truth is the estimand sptune's point estimate targets: where the log-linear
                    interpolation of scratch's population mean curve reaches SPT's population mean
                    (multiplier.fraction_needed on the model's means; exactly m for the log-linear curve). Only

@@ -45,8 +45,7 @@ def plain(config: str, overrides: list[str], trials: int, out: Path) -> float:
 
 def tuned(config: str, overrides: list[str], trials: int, out: Path, path: str) -> tuple[float, float, list[float]]:
     from sptune import files
-    from sptune.experiment.engine import driver
-    from sptune.experiment.engine import session
+    from sptune.experiment.engine import driver, session
     from sptune.records import studies
     from sptune.search.options import Options
     from sptune.trials import trainable

@@ -123,8 +123,7 @@ def replay(method: str, seed: int, grid: dict[str, dict[str, Any]]) -> list[tupl
     from optuna.distributions import CategoricalDistribution
     from optuna.trial import TrialState
 
-    from sptune.search import searcher as search
-    from sptune.search import spaces
+    from sptune.search import searcher as search, spaces
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with warnings.catch_warnings():

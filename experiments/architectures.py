@@ -1,14 +1,14 @@
 """The architecture result at CPU scale (paper Table 1): a Transformer (rotary positions, the paper's) and S4D, each
 from scratch and with masked SPT, on UCR OSULeaf, beside majority / 1-NN / logistic baselines. Settings chosen on validation: docs/main-job-selection.md.
 
-    launch:  python studies/architectures.py                  # seed 0
-    resume:  python studies/architectures.py                  # the same command: finished cells are skipped
+    launch:  python experiments/architectures.py               # seed 0
+    resume:  python experiments/architectures.py               # the same command: finished cells are skipped
     report:  sptune report runs/experiments/architectures     # tables and plots again, no training
-    confirm: python studies/architectures.py --fresh-seeds 5 --compute-tied --dir runs/experiments/architectures-confirm
-    batches: python studies/architectures.py --positions rotary --seeds 70 71 72 73 74 --compute-tied --dir runs/experiments/architectures-rotary-70
-             python studies/architectures.py --positions sinusoidal --seeds 50 51 52 53 54 --compute-tied --dir runs/experiments/architectures-confirm-50
+    confirm: python experiments/architectures.py --fresh-seeds 5 --compute-tied --dir runs/experiments/architectures-confirm
+    batches: python experiments/architectures.py --positions rotary --seeds 70 71 72 73 74 --compute-tied --dir runs/experiments/architectures-rotary-70
+             python experiments/architectures.py --positions sinusoidal --seeds 50 51 52 53 54 --compute-tied --dir runs/experiments/architectures-confirm-50
     pool:    sptune report docs/records/architectures-confirm-50-59 docs/records/architectures-confirm-60-64 docs/records/architectures-confirm-65-69
-    smoke:   python studies/architectures.py --smoke-test     # 10 steps a stage, no search (plain backend)
+    smoke:   python experiments/architectures.py --smoke-test  # 10 steps a stage, no search (plain backend)
 
 Varies: architecture x initialisation (scratch, masked SPT) x seed; --compute-tied adds scratch for SPT's 600 steps.
 Fixed: configs/ucr_osuleaf_{transformer,s4}.yaml and the lr grids of search_spaces/ucr-osuleaf/ (extended past an edge).
@@ -64,7 +64,7 @@ def build(args) -> Plan:
     plan.preamble = []  # the grids are this experiment's own files, named in its header
     plan.notes = ["Test = the UCR TEST split (242 series); val = a stratified 20% of TRAIN (41 series), train = the "
                   "other 159. The archive's 1-NN Euclidean on the full TRAIN scores 52.1% on TEST."]
-    plan.commands = {"launch": "python studies/architectures.py", "resume": "python studies/architectures.py",
+    plan.commands = {"launch": "python experiments/architectures.py", "resume": "python experiments/architectures.py",
                      "report": "sptune report <experiment dir>"}
     return plan
 

@@ -1,13 +1,13 @@
 """SPT across data scales (paper §3.4, Figure 3): S4 scratch vs masked SPT on nested training subsets.
 
-    launch:  python studies/data_fractions.py                 # Text and Image, fractions 0.005 ... 1.0
-    resume:  python studies/data_fractions.py                 # the same command; finished cells are skipped
+    launch:  python experiments/data_fractions.py              # Text and Image, fractions 0.005 ... 1.0
+    resume:  python experiments/data_fractions.py              # the same command; finished cells are skipped
     report:  sptune report runs/experiments/data_fractions    # runs/experiments/data_fractions-cpu for --cpu
-    smoke:   python studies/data_fractions.py --smoke-test    # listops-mini and pathfinder-tiny, a tiny S4, 15 steps
-    CPU:     python studies/data_fractions.py --cpu           # the main job's task and S4D, seeds 6-15; in batches:
+    smoke:   python experiments/data_fractions.py --smoke-test    # listops-mini and pathfinder-tiny, a tiny S4, 15 steps
+    CPU:     python experiments/data_fractions.py --cpu        # the main job's task and S4D, seeds 6-15; in batches:
              # --seeds 8 9 --dir <batch dir>, then sptune report <batch dir> <batch dir> ... pools them
-             python studies/data_fractions.py --cpu --plan    # its budget first: trials, FLOPs, device-hours
-             python studies/data_fractions.py --cpu --first-budget   # 200 steps every stage, seeds 1-3
+             python experiments/data_fractions.py --cpu --plan    # its budget first: trials, FLOPs, device-hours
+             python experiments/data_fractions.py --cpu --first-budget   # 200 steps every stage, seeds 1-3
     GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>
 
 Varies: the training fraction (nested, Appendix C.1.4) x seed. Fixed: the paper's steps, lr and batch sizes (Text's
@@ -84,8 +84,8 @@ def build(args) -> Plan:
         cells=cells,
         notes=["gain = (SPT - scratch) / scratch, the relative gain of Figure 3 (right).",
                "The paper gives Figure 3 as a plot only; its text: " + paper.FIGURE_3_TEXT],
-        commands={"launch": "python studies/data_fractions.py",
-                  "resume": "python studies/data_fractions.py (same flags)", "report": "sptune report <experiment dir>"})
+        commands={"launch": "python experiments/data_fractions.py",
+                  "resume": "python experiments/data_fractions.py (same flags)", "report": "sptune report <experiment dir>"})
 
 
 def build_cpu(args) -> Plan:
@@ -118,8 +118,8 @@ def build_cpu(args) -> Plan:
         notes=["gain = (SPT - scratch) / scratch, the relative gain of Figure 3 (right); data x = how many times "
                "its labelled data scratch needs to match SPT (sptune.report.multiplier).",
                "The paper gives Figure 3 as a plot only; its text: " + paper.FIGURE_3_TEXT],
-        commands={"launch": f"python studies/data_fractions.py {flags}",
-                  "resume": f"python studies/data_fractions.py {flags} (same flags)",
+        commands={"launch": f"python experiments/data_fractions.py {flags}",
+                  "resume": f"python experiments/data_fractions.py {flags} (same flags)",
                   "report": "sptune report <experiment dir>"})
 
 

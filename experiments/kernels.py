@@ -1,9 +1,9 @@
 """Data-driven vs HiPPO kernels (paper §3.6, Figure 4): K_max(l) per layer of masked-SPT S4 vs its initialization.
 
-    launch:  python studies/kernels.py                        # Image, Text, PathX, ListOps; Ray Tune + Optuna
-    resume:  python studies/kernels.py                        # the same command; finished cells are skipped
+    launch:  python experiments/kernels.py                     # Image, Text, PathX, ListOps; Ray Tune + Optuna
+    resume:  python experiments/kernels.py                     # the same command; finished cells are skipped
     report:  sptune report runs/experiments/kernels           # recomputes missing K_max from the checkpoints
-    smoke:   python studies/kernels.py --smoke-test           # listops-mini and pathfinder-tiny, a 2-layer S4
+    smoke:   python experiments/kernels.py --smoke-test        # listops-mini and pathfinder-tiny, a 2-layer S4
     GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>
 
 Varies: task x layer x seed, the best pretraining trial's S4 (lr x batch size searched) vs the same model at its HiPPO
@@ -52,7 +52,7 @@ def build(args) -> Plan:
         notes=["The paper reads Figure 4 as: learned kernels decay at rates that vary across tasks and layers, "
                "unlike HiPPO's fixed rate; on Text they are more local than HiPPO; on PathX their peaks align "
                "with the 128-pixel rows. Figure 4 has no numbers to quote."],
-        commands={"launch": "python studies/kernels.py", "resume": "python studies/kernels.py (same flags)",
+        commands={"launch": "python experiments/kernels.py", "resume": "python experiments/kernels.py (same flags)",
                   "report": "sptune report <experiment dir>"})
 
 

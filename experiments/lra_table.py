@@ -1,10 +1,10 @@
 """Long Range Arena (paper §3.1-3.3, Tables 1, 2 and 7): scratch vs masked SPT vs causal SPT.
 
-    launch:  python studies/lra_table.py                      # the paper's grid, Ray Tune + Optuna per stage
-    resume:  python studies/lra_table.py                      # the same command: finished cells are skipped,
+    launch:  python experiments/lra_table.py                   # the paper's grid, Ray Tune + Optuna per stage
+    resume:  python experiments/lra_table.py                   # the same command: finished cells are skipped,
                                                               # unfinished ones continue from their checkpoints
     report:  sptune report runs/experiments/lra_table         # table + plots again, no training
-    smoke:   python studies/lra_table.py --smoke-test         # listops-mini and pathfinder-tiny, tiny models, no search
+    smoke:   python experiments/lra_table.py --smoke-test      # listops-mini and pathfinder-tiny, tiny models, no search
     GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>   # Tune places one trial per GPU
 
 Varies: the paper's rows (Transformer, + Rotary; S4, S4 / DLR with random init) x scratch / masked / causal SPT x task
@@ -113,7 +113,7 @@ def build(args) -> Plan:
                "tasks; Table 1 counts its 'x' (chance) PathX as 50.",
                "Transformer scratch numbers of Table 1 are Tay et al. (2020a)'s, quoted by the paper.",
                *paper.TABLE_2.notes, *paper.TABLE_7.notes],
-        commands={"launch": "python studies/lra_table.py", "resume": "python studies/lra_table.py (same flags)",
+        commands={"launch": "python experiments/lra_table.py", "resume": "python experiments/lra_table.py (same flags)",
                   "report": "sptune report <experiment dir>"})
 
 

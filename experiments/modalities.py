@@ -1,9 +1,9 @@
 """SPT on other modalities (paper §3.7, Table 3; Appendix C.3): Speech Commands, sCIFAR, BIDMC.
 
-    launch:  python studies/modalities.py                     # needs the data: `sptune data list`
-    resume:  python studies/modalities.py                     # the same command; finished cells are skipped
+    launch:  python experiments/modalities.py                  # needs the data: `sptune data list`
+    resume:  python experiments/modalities.py                  # the same command; finished cells are skipped
     report:  sptune report runs/experiments/modalities
-    smoke:   python studies/modalities.py --smoke-test        # listops-mini and pathfinder-tiny stand in; no BIDMC
+    smoke:   python experiments/modalities.py --smoke-test     # listops-mini and pathfinder-tiny stand in; no BIDMC
     GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>
 
 Varies: task (SC causal, SC bidirectional, sCIFAR, BIDMC HR / RR / SpO2) x model (S4, Transformer + Rotary) x scratch /
@@ -73,7 +73,7 @@ def build(args) -> Plan:
                 "heading": "Test accuracy (%) / R² per task",
                 "plot_title": "scratch (solid), masked SPT (hatched), causal SPT (dotted)"},
         cells=cells, notes=notes,
-        commands={"launch": "python studies/modalities.py", "resume": "python studies/modalities.py (same flags)",
+        commands={"launch": "python experiments/modalities.py", "resume": "python experiments/modalities.py (same flags)",
                   "report": "sptune report <experiment dir>"})
 
 

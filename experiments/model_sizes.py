@@ -1,11 +1,11 @@
 """SPT across model sizes (paper Appendix E, Table 9): Transformer + Rotary and S4, scratch vs masked SPT.
 
-    launch:  python studies/model_sizes.py                    # Image, 100K ... 10M parameters, Ray Tune + Optuna
-    resume:  python studies/model_sizes.py                    # the same command; finished cells are skipped
+    launch:  python experiments/model_sizes.py                 # Image, 100K ... 10M parameters, Ray Tune + Optuna
+    resume:  python experiments/model_sizes.py                 # the same command; finished cells are skipped
     report:  sptune report runs/experiments/model_sizes
-    smoke:   python studies/model_sizes.py --smoke-test       # listops-mini, 5K / 10K / 20K parameters, no search
-    CPU:     python studies/model_sizes.py --cpu              # the main job's task and models at 20K / 80K / 320K, seeds 6-15
-             python studies/model_sizes.py --cpu --plan       # its budget first: trials, FLOPs, device-hours
+    smoke:   python experiments/model_sizes.py --smoke-test    # listops-mini, 5K / 10K / 20K parameters, no search
+    CPU:     python experiments/model_sizes.py --cpu           # the main job's task and models at 20K / 80K / 320K, seeds 6-15
+             python experiments/model_sizes.py --cpu --plan    # its budget first: trials, FLOPs, device-hours
     GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>  (--cpu on one GPU: --trials-per-gpu 16)
 
 Varies: parameter budget (met within 10% by width, and depth where needed) x model x scratch / SPT x seed. Fixed: the
@@ -77,7 +77,7 @@ def build(args) -> Plan:
         notes=["Shapes (d_model x layers) per budget are in summary.csv; parameter counts are the task model's.",
                "Smoke: the paper's Image numbers are printed for orientation only (different task and sizes)."
                if args.smoke_test else "Dotted lines on the plot: the paper's Table 9 at its nominal sizes."],
-        commands={"launch": "python studies/model_sizes.py", "resume": "python studies/model_sizes.py (same flags)",
+        commands={"launch": "python experiments/model_sizes.py", "resume": "python experiments/model_sizes.py (same flags)",
                   "report": "sptune report <experiment dir>"})
 
 
@@ -107,8 +107,8 @@ def build_cpu(args) -> Plan:
                 "heading": "Test accuracy (%) per parameter budget", "plot_title": "OSULeaf: test accuracy vs parameters"},
         cells=cells,
         notes=["Shapes (d_model x layers) per budget are in summary.csv; parameter counts are the task model's."],
-        commands={"launch": "python studies/model_sizes.py --cpu",
-                  "resume": "python studies/model_sizes.py --cpu (same flags)", "report": "sptune report <experiment dir>"})
+        commands={"launch": "python experiments/model_sizes.py --cpu",
+                  "resume": "python experiments/model_sizes.py --cpu (same flags)", "report": "sptune report <experiment dir>"})
 
 
 if __name__ == "__main__":

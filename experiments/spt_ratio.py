@@ -1,12 +1,12 @@
 """Compute-tied SPT (paper Appendix D, Table 8): a fixed step budget split between masked SPT and finetuning.
 
-    launch:  python studies/spt_ratio.py                      # Text and Image, Transformer + Rotary and S4
-    resume:  python studies/spt_ratio.py                      # the same command; finished cells are skipped
+    launch:  python experiments/spt_ratio.py                   # Text and Image, Transformer + Rotary and S4
+    resume:  python experiments/spt_ratio.py                   # the same command; finished cells are skipped
     report:  sptune report runs/experiments/spt_ratio         # runs/experiments/spt_ratio-cpu for --cpu
-    smoke:   python studies/spt_ratio.py --smoke-test         # listops-mini and pathfinder-tiny, a 20-step budget
-    CPU:     python studies/spt_ratio.py --cpu                # the main job's task and models, 600 steps, seeds 6-15
-             python studies/spt_ratio.py --cpu --plan         # its budget first: trials, FLOPs, device-hours
-             python studies/spt_ratio.py --cpu --first-budget # 400 steps, no search, seeds 1-5
+    smoke:   python experiments/spt_ratio.py --smoke-test      # listops-mini and pathfinder-tiny, a 20-step budget
+    CPU:     python experiments/spt_ratio.py --cpu             # the main job's task and models, 600 steps, seeds 6-15
+             python experiments/spt_ratio.py --cpu --plan      # its budget first: trials, FLOPs, device-hours
+             python experiments/spt_ratio.py --cpu --first-budget # 400 steps, no search, seeds 1-5
     GPUs:    add --gpus-per-worker 1 --max-concurrent <GPUs>
 
 Varies: the share of the budget spent on SPT (0% = scratch, 20, 40, 60%) x task x model x seed. Fixed: the budget (the
@@ -119,7 +119,7 @@ def build(args) -> Plan:
         nuisance="none searched (fixed lr per stage: Table 4 rotary rows, Appendix C.1.4)",
         fixed="total steps per task (Text 30 / Image 150 epochs' worth), one batch size for both stages, models",
         layout=shares_layout("Test accuracy (%) at a fixed total budget"), cells=cells, notes=NOTES,
-        commands={"launch": "python studies/spt_ratio.py", "resume": "python studies/spt_ratio.py (same flags)",
+        commands={"launch": "python experiments/spt_ratio.py", "resume": "python experiments/spt_ratio.py (same flags)",
                   "report": "sptune report <experiment dir>"})
 
 
@@ -156,8 +156,8 @@ def build_cpu(args) -> Plan:
                ("" if first else ", every stage stopped after 100 steps without a validation gain")),
         layout=shares_layout(f"Test accuracy (%) at a fixed total budget of {total} steps"), cells=cells,
         notes=NOTES,
-        commands={"launch": f"python studies/spt_ratio.py {flags}",
-                  "resume": f"python studies/spt_ratio.py {flags} (same flags)", "report": "sptune report <experiment dir>"})
+        commands={"launch": f"python experiments/spt_ratio.py {flags}",
+                  "resume": f"python experiments/spt_ratio.py {flags} (same flags)", "report": "sptune report <experiment dir>"})
 
 
 if __name__ == "__main__":

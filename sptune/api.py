@@ -47,9 +47,7 @@ def run_study(config: str | Path, overrides: Sequence[str] = (), dir: str | Path
     prefix (s3://bucket/prefix) the study is mirrored under, as <prefix>/<directory name>, so it outlives the
     cluster (sptune.records.storage). Raises UserError for a bad option, before any Ray work.
     """
-    from sptune.records import seeds as seed_cells
-    from sptune.records import storage as durable
-    from sptune.records import studies
+    from sptune.records import seeds as seed_cells, storage as durable, studies
     from sptune.search.options import with_values
 
     options = with_values(options, option_values)
@@ -91,7 +89,7 @@ def resume_study(study_dir: str | Path, *, address: str | None = None, output: s
     study_dir = storage.pull(str(study_dir)) if storage.is_remote(study_dir) else Path(study_dir).resolve()
     kind = layout.kind_of(study_dir)
     if kind == layout.EXPERIMENT:
-        raise UserError(f"{study_dir} is an experiment: run its studies/*.py script again with the same flags "
+        raise UserError(f"{study_dir} is an experiment: run its experiments/*.py script again with the same flags "
                         f"to continue it")
     done = []
     if kind == layout.STUDY:
@@ -114,7 +112,7 @@ def evaluate(model: str, task: str, baselines: Sequence[str] | None = None, seed
     from sptune import registry
     from sptune.experiment import evaluate as comparison
     from sptune.experiment.backends import run_experiment
-    from sptune.report import architectures, tables as report
+    from sptune.report import architectures, writer
     from sptune.search.options import with_values
 
     options = with_values(options, option_values)
@@ -124,8 +122,7 @@ def evaluate(model: str, task: str, baselines: Sequence[str] | None = None, seed
     name = f"{registry.slug(model)}-{task}{'-smoke' if smoke else ''}"
     experiment_dir = Path(dir) if dir else Path("runs") / "evaluate" / name
     run_experiment(experiment_dir, plan, options, address)
-    out = report.write(experiment_dir)
-    return architectures.frame(out["arm_rows"], plan.layout["architectures"])
+    return architectures.frame(writer.write(experiment_dir).rows, plan.layout["architectures"])
 
 
 def _check_output(output: str) -> None:
@@ -139,6 +136,7 @@ def _run(results_dir: Path, address: str | None, mode: str, header: list[str], r
     from sptune import output
     from sptune.experiment.engine import driver, mirroring
     from sptune.records import layout
+    from sptune.report import writer
 
     log_path = results_dir / files.STUDY_LOG
     with mirroring.mirrored(results_dir), \
@@ -148,15 +146,14 @@ def _run(results_dir: Path, address: str | None, mode: str, header: list[str], r
                 console.line(line)
         # Tune's tables always go to the log; the terminal gets them only when echoing (verbose).
         if layout.kind_of(results_dir) == layout.SEEDS:
-            text, paths = _seeds_report(driver.run_seeds(results_dir, address=address, verbose=1,
-                                                         time_budget_s=time_budget_s))
+            driver.run_seeds(results_dir, address=address, verbose=1, time_budget_s=time_budget_s)
         else:
-            rows = driver.run_study(results_dir, address=address, verbose=1, retry_failed=retry_failed,
-                                    time_budget_s=time_budget_s)
-            text, paths = _study_report(results_dir, rows)
+            driver.run_study(results_dir, address=address, verbose=1, retry_failed=retry_failed,
+                             time_budget_s=time_budget_s)
+        written = writer.write(results_dir)
         console.line()
-        console.line(text)
-        console.line(_paths_line(results_dir, paths))
+        console.line(written.text)
+        console.line(_paths_line(results_dir, written.paths))
         console.line(f"log: {log_path}")
     return results_dir
 
@@ -164,26 +161,13 @@ def _run(results_dir: Path, address: str | None, mode: str, header: list[str], r
 def report(results_dir: str | Path, plots: bool = True, plot_path: str | Path | None = None
            ) -> tuple[str, list[Path]]:
     """The summary table of any results folder (a study, a multi-seed study or an experiment) and the files
-    written beside it (`plots`: also its PNG plots), from its run directories alone (no training);
+    written beside it (`plots`: also a study's PNG plots), from its run directories alone (no training);
     results.csv is rewritten. `plot_path`: a multi-seed study's plot once more at that path.
-    `sptune report` and `sptune results` (the latter without plots)."""
-    from sptune.records import layout, results
-    from sptune.records import seeds as seed_cells
+    `sptune report` and `sptune results` (the latter without plots); sptune.report.writer writes it."""
+    from sptune.report import writer
 
-    results_dir = Path(results_dir).resolve()
-    kind = layout.kind_of(results_dir)
-    if kind == layout.SEEDS:
-        return _seeds_report(seed_cells.report(results_dir, plot_path=plot_path))
-    if kind == layout.EXPERIMENT:
-        from sptune.report import pool, tables as experiment_report
-
-        if pool.is_record(results_dir):  # a kept record: its rows are read, nothing is rewritten
-            return "\n".join(pool.pooled([results_dir])), []
-        out = experiment_report.write(results_dir)
-        return "\n".join(out.get("summary_lines", [])), [out["table"], out["results"], *out["plots"]]
-    rows = results.collect(results_dir)
-    results.write_csv(rows, results_dir / files.RESULTS_CSV)
-    return _study_report(results_dir, rows, plots)
+    written = writer.write(results_dir, plots=plots, plot_path=plot_path)
+    return written.text, written.paths
 
 
 def pooled_report(experiment_dirs: list[str | Path], out: str | Path | None = None,
@@ -201,22 +185,6 @@ def pooled_report(experiment_dirs: list[str | Path], out: str | Path | None = No
     return text, [Path(out)]
 
 
-def _study_report(study_dir: Path, rows: list[dict[str, Any]], plots: bool = True) -> tuple[str, list[Path]]:
-    """The summary of a study's rows (results.csv already written) and, with `plots`, its PNG plots."""
-    from sptune.records import results
-    from sptune.report import curves, search_plots
-
-    if not plots:
-        return results.summary(study_dir, rows), []
-    curve = curves.write(study_dir, rows)
-    return results.summary(study_dir, rows), search_plots.write(study_dir) + ([curve] if curve else [])
-
-
-def _seeds_report(out: dict[str, Any]) -> tuple[str, list[Path]]:
-    """What sptune.records.seeds.report wrote, as (table text, files)."""
-    return out["text"], [out["table"], out["csv"], out["plot"], *([out["extra_plot"]] if "extra_plot" in out else [])]
-
-
 def _paths_line(results_dir: Path, paths: list[Path]) -> str:
     if (results_dir / files.OPTUNA_JOURNAL).is_file():
         return f"Optuna: optuna-dashboard {results_dir / files.OPTUNA_JOURNAL}   plots: {len(paths)} PNG"
@@ -225,8 +193,7 @@ def _paths_line(results_dir: Path, paths: list[Path]) -> str:
 
 def succeeded(results_dir: str | Path) -> bool:
     """Every stage of a study is done with a selected trial; every seed of a multi-seed study is paired."""
-    from sptune.records import layout, results
-    from sptune.records import seeds as seed_cells
+    from sptune.records import layout, results, seeds as seed_cells
 
     if layout.kind_of(results_dir) == layout.SEEDS:
         return seed_cells.all_paired(results_dir)

@@ -1,9 +1,9 @@
-"""studies/<name>.py loaded as a module in tests (the scripts are not a package)."""
+"""experiments/<name>.py loaded as a module in tests (the scripts are not a package)."""
 
 import importlib.util
 from pathlib import Path
 
-STUDIES = Path(__file__).resolve().parents[1] / "studies"
+STUDIES = Path(__file__).resolve().parents[1] / "experiments"
 
 
 def load_study(name: str):

@@ -131,8 +131,7 @@ def test_fresh_seeds_are_a_budget_of_seeds_that_chose_nothing(capsys):
 
 def test_learning_curves_put_the_compute_tied_scratch_on_its_architectures_panel(tmp_path, monkeypatch):
     from sptune.experiment.plan import Cell, Plan
-    from sptune.report import figures
-    from sptune.report import curves
+    from sptune.report import curves, figures
 
     def run(name, steps):
         path = tmp_path / name

@@ -15,8 +15,7 @@ from sptune import files
 from sptune.errors import UserError
 from sptune.experiment.engine import driver
 from sptune.records import results, studies
-from sptune.search import spaces
-from sptune.search import boundary, bracketing
+from sptune.search import boundary, bracketing, spaces
 
 
 @pytest.mark.parametrize("declared, tried, side, expected", [

@@ -81,7 +81,7 @@ def repository_copied(head: NodeView, workers: list[NodeView], checkout: Path) -
     if copy.options.get("rsync_filter"):
         problems.append("rsync_filter is set: this test models rsync_exclude only")
     copied = rsync_copies(checkout, copy.options.get("rsync_exclude") or [])
-    wanted = {p.relative_to(checkout).as_posix() for p in [*checkout.glob("studies/*.py"), *checkout.glob("configs/*")]}
+    wanted = {p.relative_to(checkout).as_posix() for p in [*checkout.glob("experiments/*.py"), *checkout.glob("configs/*")]}
     if not wanted <= copied:
         problems.append(f"rsync_exclude drops {sorted(wanted - copied)[:5]} ... from the file mount")
     if copied & set(CHECKOUT_EXTRAS):

@@ -34,7 +34,7 @@ from sptune.experiment.engine import interrupts
 from sptune.search.options import Options
 from test_experiment_resume import plan
 
-interrupts.install("the same command")  # as the studies/*.py scripts do (sptune.cli.experiment.main)
+interrupts.install("the same command")  # as the experiments/*.py scripts do (sptune.cli.experiment.main)
 try:
     print("FAILED", run_experiment(sys.argv[1], plan(), Options(max_concurrent=1, extend_grids=False)), flush=True)
 except KeyboardInterrupt as stop:

@@ -14,8 +14,7 @@ from sptune.config import load as load_config
 from sptune.errors import UserError
 from sptune.experiment.engine import driver
 from sptune.records import studies, results, study_state
-from sptune.search import searcher as search
-from sptune.search import spaces
+from sptune.search import searcher as search, spaces
 from sptune.trials import resources, trainable
 
 

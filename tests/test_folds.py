@@ -10,8 +10,7 @@ from sptune import folds, protocol
 from sptune.config import load as load_config
 from sptune.errors import UserError
 from sptune.records import studies
-from sptune.search import spaces
-from sptune.search import boundary, bracketing
+from sptune.search import boundary, bracketing, spaces
 from sptune.tasks.base import Split
 
 

@@ -95,7 +95,7 @@ def test_a_study_script_plans_and_a_layer_package_evaluates_from_installed_wheel
     pip("install", "--no-deps", "--target", str(tmp_path / "site"), *map(str, (tmp_path / "wheel").glob("*.whl")),
         cwd=tmp_path)
     shutil.rmtree(src)  # nothing to fall back on
-    script = shutil.copy(REPO / "studies" / "architectures.py", elsewhere)
+    script = shutil.copy(REPO / "experiments" / "architectures.py", elsewhere)
     env = {"PATH": "/usr/bin:/bin", "HOME": str(elsewhere), "PYTHONPATH": str(tmp_path / "site"),
            "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, script, "--plan", "--dir", str(elsewhere / "study")], cwd=elsewhere,

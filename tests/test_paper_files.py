@@ -19,7 +19,7 @@ DEMO = {"configs/listops_mini_transformer.yaml", "search_spaces/listops-mini/tra
         "search_spaces/listops-mini/s4.yaml",  # the embedded demo tasks' hand-written files
         "configs/shapes_tiny_transformer.yaml", "search_spaces/shapes-tiny/transformer.yaml",
         "configs/pathfinder_tiny_transformer.yaml", "search_spaces/pathfinder-tiny/transformer.yaml",
-        # the architecture experiment on UCR OSULeaf (studies/architectures.py), chosen on validation
+        # the architecture experiment on UCR OSULeaf (experiments/architectures.py), chosen on validation
         "configs/ucr_osuleaf_transformer.yaml", "search_spaces/ucr-osuleaf/transformer.yaml",
         "configs/ucr_osuleaf_s4.yaml", "search_spaces/ucr-osuleaf/s4d-legs.yaml"}
 IDS = [f"{task}/{model}" for task, model in SHIPPED]

@@ -228,7 +228,7 @@ def test_bad_input_is_one_line_and_exit_2(args, words, capsys):
 
 def test_a_study_script_plans_every_cell_without_running(tmp_path):
     env = dict(os.environ, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1")
-    out = subprocess.run([sys.executable, str(ROOT / "studies" / "architectures.py"), "--plan", "--seconds", "0.2",
+    out = subprocess.run([sys.executable, str(ROOT / "experiments" / "architectures.py"), "--plan", "--seconds", "0.2",
                           "--dir", str(tmp_path / "exp")], capture_output=True, text=True, env=env, cwd=tmp_path,
                          timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]

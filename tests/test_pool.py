@@ -13,8 +13,7 @@ from sptune.cli import experiment as experiments_cli
 from sptune.cli.main import main
 from sptune.errors import UserError
 from sptune.experiment.plan import load_plan, save_plan
-from sptune.report import stats
-from sptune.report import pool, tables as report
+from sptune.report import pool, stats, tables as report
 
 REPO = Path(__file__).resolve().parents[1]
 ARMS = {("Transformer", "scratch"): 0.40, ("Transformer", "masked"): 0.47, ("S4D", "scratch"): 0.74,

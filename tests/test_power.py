@@ -8,8 +8,7 @@ import pytest
 
 from sptune.cli.main import main
 from sptune.experiment import endpoints, pilots
-from sptune.report import power, stats
-from sptune.report import architectures
+from sptune.report import architectures, power, stats
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDS = REPO / "docs" / "records"

@@ -16,8 +16,7 @@ import pytest
 from optuna.trial import TrialState
 from ray.tune.search import ConcurrencyLimiter, Searcher
 
-from sptune.search import searcher as search
-from sptune.search import spaces
+from sptune.search import searcher as search, spaces
 
 GRID = {"stages": {"pretrain": {"params": {"optim.lr": [1e-3, 1e-4], "optim.batch_size": [8]}}}}
 

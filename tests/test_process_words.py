@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 # What is walked: these folders and root files, text files only (records' csv/json, figures' png are data).
-FOLDERS = ("sptune", "tests", "benchmarks", "tools", "studies", "examples", "configs", "search_spaces", "docs",
+FOLDERS = ("sptune", "tests", "benchmarks", "tools", "experiments", "examples", "configs", "search_spaces", "docs",
            ".ci")
 ROOT_FILES = ("README.md", "Dockerfile", "cluster.yaml", "pyproject.toml")
 TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml", ".txt", ".cfg"}

@@ -1,4 +1,4 @@
-"""Every `sptune ...` and `python studies/<script>.py ...` command that the README and docs/ show exists, with
+"""Every `sptune ...` and `python experiments/<script>.py ...` command that the README and docs/ show exists, with
 every flag it uses: a renamed command or flag fails here, not in a newcomer's terminal."""
 
 import argparse
@@ -16,7 +16,7 @@ from sptune.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-COMMAND = re.compile(r"^(?:\.venv/bin/)?(?:sptune|python -m sptune\.cli|python studies/\w+\.py)(?=\s|$)")
+COMMAND = re.compile(r"^(?:\.venv/bin/)?(?:sptune|python -m sptune\.cli|python experiments/\w+\.py)(?=\s|$)")
 
 
 def code_lines(path: Path) -> list[str]:
@@ -81,7 +81,7 @@ def test_every_shown_command_and_flag_exists(where, line):
     elif words[:3] == ["python", "-m", "sptune.cli"]:
         words = words[3:]
     words[0] = words[0].removeprefix(".venv/bin/")
-    if words[0].startswith("python"):  # python studies/<script>.py
+    if words[0].startswith("python"):  # python experiments/<script>.py
         script = words[1]
         assert (ROOT / script).is_file(), f"{where}: {script} does not exist"
         text, flags = script_help(script), words[2:]

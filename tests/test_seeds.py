@@ -9,10 +9,9 @@ from ray_fixtures import CONFIG, TINY, ray_instance, sptune_env  # noqa: F401 (f
 
 from sptune import files
 from sptune.cli.main import main
-from sptune.experiment.engine import session
-from sptune.experiment.engine import driver
-from sptune.records import studies
-from sptune.records import seeds
+from sptune.experiment.engine import driver, session
+from sptune.records import seeds, studies
+from sptune.report import writer
 from test_tune import write_space
 
 CLI_TINY = [*TINY, "run.progress=false"]
@@ -45,7 +44,8 @@ def test_seeds_user_errors(extra, words, tmp_path, capsys):
 def test_multi_seed_study_one_study_per_seed_then_report(tmp_path, ray_instance, capsys):
     parent = tmp_path / "seeds"
     seeds.create(str(CONFIG), list(TINY), parent, [0, 1], str(write_space(tmp_path)), studies.Options())
-    out = driver.run_seeds(parent, verbose=0)
+    driver.run_seeds(parent, verbose=0)
+    out = writer.write(parent)  # what `sptune study --seeds` prints and writes after its run
     for seed in (0, 1):
         state = json.loads((parent / f"seed-{seed}" / "study.json").read_text())
         assert state["stage_status"] == {"pretrain": "done", "finetune": "done", "scratch": "done"}
@@ -54,11 +54,11 @@ def test_multi_seed_study_one_study_per_seed_then_report(tmp_path, ray_instance,
     assert [p["seed"] for p in summary["pairs"]] == [0, 1] and summary["paired_gain"]["n"] == 2
     gains = [p["spt_test"] - p["scratch_test"] for p in summary["pairs"]]
     assert summary["paired_gain"]["mean"] == pytest.approx(sum(gains) / 2)
-    assert "mean paired gain (SPT - scratch)" in out["text"] and summary["wall_seconds"] > 0
+    assert "mean paired gain (SPT - scratch)" in out.text and summary["wall_seconds"] > 0
     for pair in summary["pairs"]:  # convergence columns from each selected run's result.json
         for arm in ("spt", "scratch"):
             assert 0 < pair[f"{arm}_best_step"] <= pair[f"{arm}_steps"] and pair[f"{arm}_train_loss"] > 0
-    assert "best@/budget" in out["text"] and f"/{summary['pairs'][0]['scratch_steps']}" in out["text"]
+    assert "best@/budget" in out.text and f"/{summary['pairs'][0]['scratch_steps']}" in out.text
     assert (parent / files.SEEDS_PLOT).read_bytes()[:4] == b"\x89PNG"
 
     # `sptune report` and `sptune results` rebuild the same summary from the run directories.

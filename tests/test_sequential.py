@@ -12,8 +12,7 @@ import pytest
 from sptune.cli.main import main
 from sptune.errors import UserError
 from sptune.experiment import endpoints, looks, pilots
-from sptune.report import sequential
-from sptune.report import tables as report
+from sptune.report import sequential, tables as report
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDS = REPO / "docs" / "records"

@@ -19,9 +19,7 @@ from sptune.cli.main import main
 from sptune.config import STAGES
 from sptune.experiment.engine import driver
 from sptune.records import studies, results, study_state
-from sptune.search import spaces
-from sptune.search import searcher as search
-from sptune.search import journal
+from sptune.search import journal, searcher as search, spaces
 from sptune.trackers import loggers
 from sptune.trials import trainable
 

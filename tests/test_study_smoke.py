@@ -28,7 +28,7 @@ PLOTS = {  # study -> the PNGs its report must write
 
 
 def command(study, study_dir, *extra):
-    return [sys.executable, str(ROOT / "studies" / f"{study}.py"), "--smoke-test", "--dir", str(study_dir), *extra]
+    return [sys.executable, str(ROOT / "experiments" / f"{study}.py"), "--smoke-test", "--dir", str(study_dir), *extra]
 
 
 def run(study, study_dir, *extra):

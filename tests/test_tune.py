@@ -18,12 +18,10 @@ from ray_fixtures import CONFIG, REPO, TINY, bare_study, ray_instance, sptune_en
 from sptune import atomic, files
 from sptune.cli.main import main
 from sptune.errors import UserError
-from sptune.experiment.engine import session
-from sptune.experiment.engine import driver
+from sptune.experiment.engine import driver, session
 from sptune.records import studies, results, study_state
 from sptune.registry import MODELS, TASKS
-from sptune.search import searcher as search
-from sptune.search import spaces
+from sptune.search import searcher as search, spaces
 from sptune.trials import trainable
 
 EMBEDDED_DEMOS = {"listops-mini", "shapes-tiny", "pathfinder-tiny", "ucr-osuleaf"}  # CPU-sized grids, hand-written

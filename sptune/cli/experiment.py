@@ -1,6 +1,6 @@
-"""The command lines of the paper experiments: every script in studies/ (`main`) and `sptune report`.
+"""The command lines of the paper experiments: every script in experiments/ (`main`) and `sptune report`.
 
-    python studies/lra_table.py --smoke-test                # an experiment script (see its header)
+    python experiments/lra_table.py --smoke-test             # an experiment script (see its header)
     sptune report runs/experiments/lra_table                # a paper experiment (plan.json): table.md, CSVs, plots
     sptune report runs/study-listops_mini_transformer      # a `sptune study` (study.json): table, results.csv,
                                                            # Optuna's plots of each stage's search (plots/)
@@ -32,7 +32,7 @@ from sptune.experiment.settings import FIRST_SELECTION_SEEDS
 from sptune.search import options as search_options
 
 
-# ----------------------------------------------------------------------------- the scripts in studies/
+# ----------------------------------------------------------------------------- the scripts in experiments/
 def build_parser(description: str, extra: Callable[[argparse.ArgumentParser], None] | None = None,
                  selection_seeds: tuple[int, ...] = FIRST_SELECTION_SEEDS, prog: str | None = None,
                  add_help: bool = True) -> argparse.ArgumentParser:
@@ -137,10 +137,10 @@ def main(experiment: str, build_plan: Callable[[argparse.Namespace], Plan], desc
          argv: list[str] | None = None, extra: Callable[[argparse.ArgumentParser], None] | None = None,
          selection_seeds: tuple[int, ...] = FIRST_SELECTION_SEEDS, root: Path = Path("runs") / "experiments",
          prog: str | None = None) -> int:
-    """Entry point of every studies/*.py script and of `sptune evaluate`: build the plan, run it, write the
+    """Entry point of every experiments/*.py script and of `sptune evaluate`: build the plan, run it, write the
     report. `selection_seeds`: the seeds whose validation numbers chose the experiment's settings (--fresh-seeds
     starts after them); `root`: where the default directory lies."""
-    from sptune.report import tables as report
+    from sptune.report import writer
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     interrupts.install("python " + shlex.join(sys.argv))
@@ -179,16 +179,16 @@ def main(experiment: str, build_plan: Callable[[argparse.Namespace], Plan], desc
                                               on_cell=progress, on_start=progress.start)
                 finally:
                     progress.close()
-                paths = report.write(experiment_dir)
+                written = writer.write(experiment_dir)
     except UserError as exc:
         print(f"sptune: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as stop:
         return interrupts.stopped(stop, "the same command")
-    for line in paths.get("summary_lines", []):
-        print(line)
-    print(f"table: {paths['table']}")
-    for png in paths["plots"]:
+    if written.text:
+        print(written.text)
+    print(f"table: {written.table}")
+    for png in written.plots:
         print(f"plot:  {png}")
     print(f"log:   {log_path}")
     return not_done_exit(experiment_dir, not_done)
@@ -225,7 +225,7 @@ def register(subparsers) -> None:
     report = subparsers.add_parser(
         "report", help="rebuild the table.md, results.csv and PNG plots of an experiment or a study (no training)",
         description="Rebuild table.md, results.csv, summary.csv and the PNG plots of an experiment directory "
-                    "written by a script in studies/; for a `sptune study` directory: its table, results.csv "
+                    "written by a script in experiments/; for a `sptune study` directory: its table, results.csv "
                     "and Optuna's plots of each stage (optimization history, parameter importances, slice); for "
                     "a `sptune study --seeds` directory: the paired SPT - scratch table and its plot.")
     report.add_argument("study_dirs", metavar="dir", nargs="+",

@@ -49,7 +49,7 @@ def definitions(layout: dict[str, Any], tied: set[str]) -> list[tuple[str, Terms
 def endpoints(arm_rows: list[dict[str, Any]], layout: dict[str, Any], role: str | None = None) -> list[Endpoint]:
     """Every endpoint over the seeds of `role` (None: every seed)."""
     if not layout.get("architectures"):
-        raise UserError("power and sequential looks cover architecture experiments (studies/architectures.py, "
+        raise UserError("power and sequential looks cover architecture experiments (experiments/architectures.py, "
                         "sptune evaluate): their gains, gaps and gap change are the endpoints")
     done = [a for a in arm_rows if a.get("test") is not None and (role is None or a.get("role") == role)]
     by_seed = per_seed(done)

@@ -22,8 +22,7 @@ from typing import Any, Sequence
 from sptune.errors import UserError
 from sptune.experiment import endpoints, looks
 from sptune.experiment.plan import Plan, load_plan
-from sptune.report import power
-from sptune.report import pool
+from sptune.report import pool, power
 
 
 def read(experiment_dirs: list[str | Path]) -> tuple[Plan, list[dict[str, Any]]]:

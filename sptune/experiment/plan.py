@@ -60,7 +60,7 @@ def load_plan(experiment_dir: str | Path) -> Plan:
     path = Path(experiment_dir) / files.PLAN
     if not path.is_file():
         raise UserError(f"{experiment_dir} is not an experiment directory (no {files.PLAN}); "
-                        f"run a script in studies/ first")
+                        f"run a script in experiments/ first")
     data = files.read_json(path)
     data["cells"] = [cell_from_dict(c) for c in data["cells"]]
     return Plan(**data)

@@ -66,7 +66,7 @@ def column(task: str, paper_task: str, smoke: bool, suffix: str = "") -> str:
 
 
 # ----------------------------------------------------------------------------- CPU scale
-# The main job's setting (studies/architectures.py): the embedded real task UCR OSULeaf, a Transformer and
+# The main job's setting (experiments/architectures.py): the embedded real task UCR OSULeaf, a Transformer and
 # S4D of the same backbone, each with its lr grid chosen on the selection seed 0 (docs/main-job-selection.md).
 # The data-fraction and SPT-ratio experiments take it with --cpu, so their findings sit on the same ground.
 CPU_TASK = "ucr-osuleaf"

@@ -3,7 +3,7 @@ and sptune.api use (sptune.files lists each kind's files).
 
     study        study.json: one cell, the engine's one-cell experiment (`sptune study`)
     seeds        seeds.json: one study directory per seed, each a cell (`sptune study --seeds`)
-    experiment   plan.json: one directory per cell under cells/ (a studies/*.py script)
+    experiment   plan.json: one directory per cell under cells/ (a experiments/*.py script)
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def kind_of(path: str | Path) -> str:
     found = kind(path)
     if found is None:
         raise UserError(f"{path} is not a study directory, multi-seed study or experiment (no "
-                        f"{', '.join(MARKERS.values())}); pass the --dir of a `sptune study` or of a studies/*.py "
+                        f"{', '.join(MARKERS.values())}); pass the --dir of a `sptune study` or of a experiments/*.py "
                         f"script")
     return found
 

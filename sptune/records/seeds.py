@@ -7,8 +7,8 @@ engine's one Tune run (sptune.experiment.engine.driver), plus a paired summary.
 
 Layout: <dir>/seeds.json (what was asked), <dir>/seed-<s>/ one complete study directory per seed
 (its own study.json, trials, results.csv; `run.seed=<s>` appended to the overrides), and the
-summary files (the pairs and statistics of sptune.report.pairs). Each seed's study is exactly the single-seed
-protocol; this layer only makes the seed cells and writes the paired statistics.
+summary files (the pairs and statistics of sptune.report.pairs, written by sptune.report.writer). Each seed's
+study is exactly the single-seed protocol; this layer only makes the seed cells and reads their pairs.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from sptune import atomic, files
-from sptune.atomic import write_text as write_text_atomic
 from sptune.config import STAGES
 from sptune.records import layout, results, studies, study_state
 from sptune.report import pairs
@@ -73,33 +72,11 @@ def all_paired(parent: str | Path) -> bool:
     return all(pair.complete for pair in all_pairs(Path(parent), spec)[0])
 
 
-def report(parent: str | Path, wall_seconds: float | None = None, plot_path: str | Path | None = None
-           ) -> dict[str, Any]:
-    """Rebuild seeds.md, seeds.csv, seeds.png and summary.json of a multi-seed study from its seed studies
-    (`plot_path`: the plot once more at that path)."""
-
-    parent = Path(parent).resolve()
-    spec = files.read_json(parent / files.SEEDS)
-    seed_pairs, metric = all_pairs(parent, spec)
-    if wall_seconds is not None:  # the run that just finished: keep its wall time for later reports
-        spec["wall_seconds"] = wall_seconds
-        atomic.write_json(parent / files.SEEDS, spec)
-    title = f"{Path(spec['config']).name}" + (f" {' '.join(spec['overrides'])}" if spec.get("overrides") else "")
-    text = pairs.table(seed_pairs, metric, title=f"multi-seed study {parent} ({title})")
-    if spec.get("wall_seconds"):
-        text += f"\nwall time of the multi-seed study: {spec['wall_seconds'] / 60:.1f} min"
-    p = pairs.paired(seed_pairs)
-    summary = {"config": spec["config"], "overrides": spec.get("overrides", []), "seeds": spec["seeds"],
-               "metric": metric, "pairs": [asdict(q) | {"gain": q.gain} for q in seed_pairs],
-               "paired_gain": p.to_dict() if p else None, "wall_seconds": spec.get("wall_seconds")}
-    atomic.write_json(parent / files.SEEDS_SUMMARY, summary)
-    write_text_atomic(parent / files.SEEDS_TABLE, "```\n" + text + "\n```\n\n![seeds](seeds.png)\n")
-    paths = {"table": parent / files.SEEDS_TABLE, "csv": pairs.write_csv(seed_pairs, parent / files.SEEDS_CSV),
-             "plot": pairs.plot(seed_pairs, metric, parent / files.SEEDS_PLOT, title=title), "summary": parent / files.SEEDS_SUMMARY,
-             "text": text, "paired": p}
-    if plot_path is not None:
-        paths["extra_plot"] = pairs.plot(seed_pairs, metric, Path(plot_path), title=title)
-    return paths
+def add_wall_seconds(parent: str | Path, seconds: float) -> None:
+    """Add a run's wall time to seeds.json, for the reports (sptune.report.writer)."""
+    spec = files.read_json(Path(parent) / files.SEEDS)
+    spec["wall_seconds"] = (spec.get("wall_seconds") or 0.0) + seconds
+    atomic.write_json(Path(parent) / files.SEEDS, spec)
 
 
 def seed_dir_name(seed: int) -> str:

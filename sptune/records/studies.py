@@ -42,8 +42,7 @@ from sptune.errors import UserError
 from sptune.records import layout, results, study_state
 from sptune.records.study_state import Selection, StudyState
 from sptune.registry import check_names
-from sptune.search import spaces
-from sptune.search import bracketing
+from sptune.search import bracketing, spaces
 from sptune.search.options import Options, Resolved
 from sptune.trackers import loggers
 from sptune.trials.trainable import PATHS, TrialSpec, choose_path, trial_resources

@@ -30,8 +30,7 @@ from sptune.config import load as load_config
 from sptune.experiment.backends import cell_columns, experiment_rows
 from sptune.experiment.plan import Plan, load_plan
 from sptune.records import results
-from sptune.report import multiplier, pairs, stats
-from sptune.report import architectures, figures, search_checks
+from sptune.report import architectures, figures, multiplier, pairs, search_checks, stats
 
 ARM_SUFFIX = {"scratch": "", "masked": " + Masked SPT", "causal": " + Causal SPT", "pretrain": " (pretrained)"}
 

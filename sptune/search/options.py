@@ -1,5 +1,5 @@
 """How a study's searches run: one option set and one set of flag names for every entry point
-(`sptune study`, sptune.api.run_study, the paper-experiment scripts in studies/).
+(`sptune study`, sptune.api.run_study, the paper-experiment scripts in experiments/).
 
 None means "the search-space file's value, else the default" (sptune.records.studies.resolve_options).
 """

@@ -48,9 +48,7 @@ from sptune.experiment.engine.routing import Group, GroupCallbacks, GroupSchedul
 from sptune.experiment.engine.session import ray_session
 from sptune.records import results, seeds, studies, study_state
 from sptune.records.study_state import DONE, StudyState, stage_finished
-from sptune.search import spaces
-from sptune.search import searcher as search
-from sptune.search import bracketing, journal
+from sptune.search import bracketing, journal, searcher as search, spaces
 from sptune.trackers import loggers
 from sptune.trials import entry, outcomes, resources, stopped
 from sptune.trials.trainable import LINEAGE_KEY, stage_trainable
@@ -463,9 +461,9 @@ def run_stage_search(study_dir: Path, state: StudyState, stage: str, trainable: 
 
 
 def run_seeds(parent: str | Path, address: str | None = None, verbose: int = 1,
-              time_budget_s: float | None = None) -> dict[str, Any]:
-    """Run (or continue) every seed's study as a cell of the engine's one Tune run, then write the summary
-    files (and each seed's results.csv)."""
+              time_budget_s: float | None = None) -> None:
+    """Run (or continue) every seed's study as a cell of the engine's one Tune run, then write each seed's
+    results.csv and add the run's wall time to seeds.json (the report: sptune.report.writer)."""
     parent = Path(parent).resolve()
     spec = files.read_json(parent / files.SEEDS)
     seed_dirs = {seeds.seed_dir_name(seed): parent / seeds.seed_dir_name(seed) for seed in spec["seeds"]}
@@ -479,4 +477,4 @@ def run_seeds(parent: str | Path, address: str | None = None, verbose: int = 1,
         finally:
             for key, path in seed_dirs.items():
                 results.write_csv(results.collect(path, states[key]), path / files.RESULTS_CSV)
-    return seeds.report(parent, wall_seconds=(spec.get("wall_seconds") or 0.0) + time.perf_counter() - start)
+    seeds.add_wall_seconds(parent, time.perf_counter() - start)
