@@ -1,8 +1,9 @@
 """Node losses retried without limit, other crashes --max-failures times (sptune.experiment.engine.preemption).
 
 The classification and Tune's count, without Ray; then a study on Ray's fake multi-node provider under
-autoscaler v2 (`ray up`'s default, test_autoscaling.fake_cluster) with --max-failures 1: a pretraining
-trial whose node is killed twice completes, resumed from its checkpoint each time. A crash with its node
+autoscaler v2 (`ray up`'s default, test_autoscaling.fake_cluster) with --max-failures 1 and durable storage (an
+S3 server on 127.0.0.1): a pretraining trial whose node is killed twice completes, resumed from its checkpoint each
+time, and the storage holds the study as it ended. A crash with its node
 alive still counts against --max-failures: the classification test here, and on Ray's single-node path
 test_failures.test_oom_is_final_and_a_crash_is_failed_then_retried_from_its_checkpoint (its trial is spent).
 """
@@ -20,11 +21,12 @@ from ray.exceptions import RayActorError
 from ray.tune.experiment import Trial
 from ray.tune.trainable.metadata import _TrainingRunMetadata
 from ray_fixtures import CONFIG
+from s3_server import S3Server
 from test_autoscaling import fake_cluster, kill_node, worker_raylets
 
 from sptune import atomic, files
 from sptune.experiment.engine import preemption
-from sptune.records import results, studies
+from sptune.records import results, storage, studies
 from sptune.trials import entry, retries
 from sptune.trials.trainable import LINEAGE_KEY, TrialSpec, trial_run_dir
 
@@ -120,15 +122,24 @@ def cluster(tmp_path_factory):
         yield running
 
 
-def study_killing_a_trial_twice(cluster, study_dir: Path, kill) -> tuple[subprocess.CompletedProcess, list]:
+def mirrored_files(folder: Path) -> dict[str, bytes]:
+    """Every file the mirror carries, by relative path (Tune's own state unpacked from its one object)."""
+    return {path.relative_to(folder).as_posix(): path.read_bytes() for path in folder.rglob("*")
+            if path.is_file() and path.name not in storage.LOCAL_ONLY}
+
+
+def study_killing_a_trial_twice(cluster, study_dir: Path, kill, storage_env: dict[str, str]
+                                ) -> tuple[subprocess.CompletedProcess, list]:
     """A smoke study (pretraining 40 steps, an eval every 4) with --max-failures 1, GPU trials on the fake GPU
-    workers; `kill(attempt)` ends the first pretraining trial's attempt at step >= 12, and its retry once it
-    has made two evals of its own. Returns the finished study and [(run dir, node, step)] of the kills."""
+    workers, mirrored to the S3 server of `storage_env` (pushed every second); `kill(attempt)` ends the first
+    pretraining trial's attempt at step >= 12, and its retry once it has made two evals of its own. Returns the
+    finished study and [(run dir, node, step)] of the kills."""
     study = subprocess.Popen(
         [sys.executable, "-m", "sptune.cli", "study", str(CONFIG), "--smoke", "--quiet", "--dir", str(study_dir),
          "--address", cluster.address, "--cpus-per-worker", "1", "--gpus-per-worker", "1", "--max-failures", "1",
-         "run.device=cpu", "pretrain.optim.max_steps=40"],
-        env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+         "--storage", "s3://studies/nodes", "run.device=cpu", "pretrain.optim.max_steps=40"],
+        env={**cluster.env, **storage_env, "SPTUNE_MIRROR_SECONDS": "1"}, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
     kills, deadline = [], time.monotonic() + 300
     while study.poll() is None and time.monotonic() < deadline:
         run_dirs = sorted((study_dir / "pretrain").glob("pretrain-*"))
@@ -146,12 +157,23 @@ def study_killing_a_trial_twice(cluster, study_dir: Path, kill) -> tuple[subproc
 
 
 @pytest.mark.slow
-def test_a_trial_losing_its_node_twice_completes_from_its_checkpoints(cluster, tmp_path):
-    proc, kills = study_killing_a_trial_twice(
-        cluster, tmp_path / "study", lambda attempt: kill_node(worker_raylets(cluster.tag)[attempt["node_id"]]))
-    assert proc.returncode == 0, proc.stdout[-4000:]
+def test_a_trial_losing_its_node_twice_completes_from_its_checkpoints(cluster, tmp_path, monkeypatch):
+    server = S3Server().start()
+    server.reset()
+    try:
+        proc, kills = study_killing_a_trial_twice(
+            cluster, tmp_path / "study", lambda attempt: kill_node(worker_raylets(cluster.tag)[attempt["node_id"]]),
+            server.env)
+        assert proc.returncode == 0, proc.stdout[-4000:]
+        for key, value in server.env.items():
+            monkeypatch.setenv(key, value)
+        pulled = storage.pull("s3://studies/nodes/study", tmp_path / "pulled")
+    finally:
+        server.stop()
     rows = results.collect(tmp_path / "study")
     assert len(rows) == 3 * studies.SMOKE_SAMPLES and all(r["status"] == "completed" for r in rows), proc.stdout[-3000:]
+    # The storage holds the study as it ended: every file of every trial, the twice-retried one's included.
+    assert mirrored_files(pulled) == mirrored_files(tmp_path / "study")
 
     (run_dir, first_node, first_step), (_, second_node, second_step) = kills
     attempts = files.read_json(run_dir / files.TRIAL)["attempts"]
