@@ -145,12 +145,13 @@ def _run(results_dir: Path, address: str | None, mode: str, header: list[str], r
             for line in header + [f"log: {log_path}   (Ray, Tune and every trial's output)"]:
                 console.line(line)
         # Tune's tables always go to the log; the terminal gets them only when echoing (verbose).
+        rows = None  # a study's, as its driver collected them
         if layout.kind_of(results_dir) == layout.SEEDS:
             driver.run_seeds(results_dir, address=address, verbose=1, time_budget_s=time_budget_s)
         else:
-            driver.run_study(results_dir, address=address, verbose=1, retry_failed=retry_failed,
-                             time_budget_s=time_budget_s)
-        written = writer.write(results_dir)
+            rows = driver.run_study(results_dir, address=address, verbose=1, retry_failed=retry_failed,
+                                    time_budget_s=time_budget_s)
+        written = writer.write(results_dir, rows=rows)
         console.line()
         console.line(written.text)
         console.line(_paths_line(results_dir, written.paths))

@@ -13,6 +13,7 @@ pyarrow's S3 client meets them as it would meet AWS:
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any, Callable
 
 ERRORS = {
@@ -83,6 +84,14 @@ class S3Server:
             start_response(status, [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))])
             return [body]
         return served
+
+
+def mirrored_files(folder: Path) -> dict[str, bytes]:
+    """{relative path: bytes} of every file a mirror carries from `folder` (not its machine-local records)."""
+    from sptune.records import storage
+
+    return {path.relative_to(folder).as_posix(): path.read_bytes() for path in folder.rglob("*")
+            if path.is_file() and path.name not in storage.LOCAL_ONLY}
 
 
 def held(uri: str) -> dict[str, bytes]:

@@ -21,7 +21,7 @@ from ray.exceptions import RayActorError
 from ray.tune.experiment import Trial
 from ray.tune.trainable.metadata import _TrainingRunMetadata
 from ray_fixtures import CONFIG
-from s3_server import S3Server
+from s3_server import S3Server, mirrored_files
 from test_autoscaling import fake_cluster, kill_node, worker_raylets
 
 from sptune import atomic, files
@@ -120,12 +120,6 @@ def test_tune_retries_node_losses_without_limit_and_crashes_max_failures_times(t
 def cluster(tmp_path_factory):
     with fake_cluster(tmp_path_factory.mktemp("cluster"), v2=True) as running:
         yield running
-
-
-def mirrored_files(folder: Path) -> dict[str, bytes]:
-    """Every file the mirror carries, by relative path (Tune's own state unpacked from its one object)."""
-    return {path.relative_to(folder).as_posix(): path.read_bytes() for path in folder.rglob("*")
-            if path.is_file() and path.name not in storage.LOCAL_ONLY}
 
 
 def study_killing_a_trial_twice(cluster, study_dir: Path, kill, storage_env: dict[str, str]

@@ -17,8 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from s3_server import S3Server
-from s3_server import held as remote
+from s3_server import S3Server, held as remote, mirrored_files as local
 
 from sptune.errors import UserError
 from sptune.experiment.engine import interrupts, mirroring, stopping
@@ -41,11 +40,6 @@ def s3(server, monkeypatch):
     for key, value in server.env.items():
         monkeypatch.setenv(key, value)
     return server
-
-
-def local(folder):
-    return {path.relative_to(folder).as_posix(): path.read_bytes() for path in folder.rglob("*")
-            if path.is_file() and path.name not in storage.LOCAL_ONLY}
 
 
 def study_folder(tmp_path, trials=6):

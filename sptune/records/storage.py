@@ -37,8 +37,9 @@ place there (a log, TensorBoard events) reaches the storage within QUIET_ROUNDS 
 grows with the trials, goes when TUNE_STATE_SHARE of the time since the last one covers what that one took (Tune's
 own rule for its snapshots: at most 5% of the run). Any other push (attach, the driver's last) is whole.
 A push raises what the storage raised; the driver pushes from its own thread
-(sptune.experiment.engine.mirroring), which retries. Filesystems come from pyarrow (`pyarrow.fs.FileSystem.from_uri`); S3 reads the usual AWS settings
-(credentials, AWS_ENDPOINT_URL for an S3-compatible server).
+(sptune.experiment.engine.mirroring), which retries. Filesystems come from pyarrow
+(`pyarrow.fs.FileSystem.from_uri`); S3 reads the usual AWS settings (credentials, AWS_ENDPOINT_URL for an
+S3-compatible server).
 """
 
 from __future__ import annotations

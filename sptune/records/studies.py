@@ -210,7 +210,6 @@ class CellBounds:
     numbers, so the engine sizes the run without handling the cell's configs."""
 
     resources: dict[str, float]  # one trial's request (every stage of a cell asks the same)
-    stage_trials: dict[str, int]  # each stage's search: its grid's size, capped by num_samples
     trials: int  # the most trials its unfinished stages may run, grid extensions included
     concurrency: int  # the most of them at once (each unfinished stage at max_concurrent)
     max_failures: int
@@ -219,10 +218,9 @@ class CellBounds:
 def cell_bounds(state: StudyState) -> CellBounds:
     options = state.options
     todo = [stage for stage in STAGES if stage not in state.stage_status]
-    counts = {stage: stage_trials(state, stage) for stage in STAGES}
-    trials = sum(counts[stage] + stage_extra_trials(state, stage) for stage in todo)
+    trials = sum(stage_trials(state, stage) + stage_extra_trials(state, stage) for stage in todo)
     return CellBounds(resources=trial_resources(options.path, options.cpus_per_worker, options.gpus_per_worker),
-                      stage_trials=counts, trials=trials, concurrency=options.max_concurrent * len(todo),
+                      trials=trials, concurrency=options.max_concurrent * len(todo),
                       max_failures=options.max_failures)
 
 

@@ -39,23 +39,25 @@ class Report:
         return [path for path in self.paths if path.suffix == ".png"]
 
 
-def write(results_dir: str | Path, plots: bool = True, plot_path: str | Path | None = None) -> Report:
+def write(results_dir: str | Path, plots: bool = True, plot_path: str | Path | None = None,
+          rows: list[Any] | None = None) -> Report:
     """The report of `results_dir` (`plots`: also a study's PNG plots; `plot_path`: a multi-seed study's plot
-    once more at that path)."""
+    once more at that path; `rows`: a study's rows its driver has just collected and written to results.csv)."""
     results_dir = Path(results_dir).resolve()
     kind = layout.kind_of(results_dir)
     if kind == layout.SEEDS:
         return seeds_report(results_dir, plot_path)
     if kind == layout.EXPERIMENT:
         return experiment_report(results_dir)
-    return study_report(results_dir, plots)
+    return study_report(results_dir, plots, rows)
 
 
-def study_report(study_dir: Path, plots: bool = True) -> Report:
+def study_report(study_dir: Path, plots: bool = True, rows: list[Any] | None = None) -> Report:
     from sptune.report import curves, search_plots
 
-    rows = results.collect(study_dir)
-    results.write_csv(rows, study_dir / files.RESULTS_CSV)
+    if rows is None:
+        rows = results.collect(study_dir)
+        results.write_csv(rows, study_dir / files.RESULTS_CSV)
     text = results.summary(study_dir, rows)
     if not plots:
         return Report(text, [], rows)

@@ -53,7 +53,8 @@ class Cell:
     def __post_init__(self) -> None:
         fit_packing(self.dir, self.state)
         self.bounds = studies.cell_bounds(self.state)
-        self.stages = {name: Stage(name, spec, studies.stage_space(self.state, name), self.bounds.stage_trials[name])
+        self.stages = {name: Stage(name, spec, studies.stage_space(self.state, name),
+                                   studies.stage_trials(self.state, name))
                        for name, spec in studies.trial_specs(self.dir, self.state).items()}
 
 
