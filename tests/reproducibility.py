@@ -10,7 +10,12 @@ for exact equality there too.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Callable
+
+from sptune import files
+from sptune.records import studies, study_state
+from sptune.trials import trainable
 
 FLOOR_MULTIPLE = 4  # gaps of independent reorderings vary by a small factor from one pair of runs to another
 
@@ -35,3 +40,19 @@ def assert_reproduces(run: dict[str, Any], full: dict[str, Any], again: Callable
     floor = gap(again(), full)
     assert gap(run, full) <= FLOOR_MULTIPLE * floor, \
         f"gap {gap(run, full):.3g} > {FLOOR_MULTIPLE} x the floor {floor:.3g} of two uninterrupted runs"
+
+
+def assert_pretraining_uninterrupted(study_dir: Path, rows: list[dict[str, Any]], out_dir: Path) -> None:
+    """Each pretraining trial of a finished study in `rows` (results.collect's) gives the numbers of an
+    uninterrupted run of its config, trained here by a plain run_stage: every evaluation, the test metric, the
+    best step and the steps trained."""
+    spec = studies.trial_spec(study_dir, study_state.load(study_dir), "pretrain")
+    for row in (r for r in rows if r["stage"] == "pretrain"):
+        run_dir = Path(row["run_dir"])
+        params = files.read_json(run_dir / files.TRIAL)["params"]
+        plain = trainable.run_stage(trainable.trial_config(spec, params), "pretrain", None, None,
+                                    out_dir / run_dir.name)
+        assert (row["best_val"], row["best_step"], row["test_metric"], row["steps"]) == \
+            (plain["best_val"], plain["best_step"], plain["test_metric"], plain["steps"]), run_dir.name
+        assert_reproduces(files.read_json(run_dir / files.RESULT), plain, lambda: trainable.run_stage(
+            trainable.trial_config(spec, params), "pretrain", None, None, out_dir / f"{run_dir.name}-again"))

@@ -29,13 +29,13 @@ import pytest
 import yaml
 from ray.autoscaler._private.fake_multi_node.node_provider import FAKE_HEAD_NODE_ID
 from ray_fixtures import CONFIG, REPO, sptune_env
+from reproducibility import assert_pretraining_uninterrupted
 from test_cluster import free_ports
 
 from sptune import files
 from sptune.experiment.engine import session
-from sptune.records import studies, results, study_state
+from sptune.records import results, studies
 from sptune.search import spaces
-from sptune.trials import trainable
 
 pytestmark = pytest.mark.slow
 
@@ -231,14 +231,7 @@ def test_autoscaling_study_survives_losing_a_worker_node(tmp_path):
         assert [h["step"] for h in history] == list(range(4, 41, 4))
 
         # ...and its numbers are those of an uninterrupted run of the same config (plain run_stage).
-        state = study_state.load(study_dir)
-        spec = studies.trial_spec(study_dir, state, "pretrain")
-        for row in (r for r in rows if r["stage"] == "pretrain"):
-            params = files.read_json(Path(row["run_dir"]) / "trial.json")["params"]
-            plain = trainable.run_stage(trainable.trial_config(spec, params), "pretrain", None, None,
-                                        tmp_path / "plain" / Path(row["run_dir"]).name)
-            assert (row["best_val"], row["best_step"], row["test_metric"], row["steps"]) == \
-                (plain["best_val"], plain["best_step"], plain["test_metric"], plain["steps"])
+        assert_pretraining_uninterrupted(study_dir, rows, tmp_path / "plain")
 
         # A trial that holds a GPU torch cannot see, with run.device=auto, fails at once with the reason.
         proc = subprocess.run(

@@ -1,14 +1,15 @@
 """Trials lost with their node are retried from their checkpoint without limit; other crashes are retried
 --max-failures times (deterministic failures never reach Tune: sptune.trials.failures).
 
-Ray's own signal comes first: an actor that died on a node drained with reason PREEMPTION (the autoscaler's
-`ray drain-node --reason DRAIN_NODE_REASON_PREEMPTION`, a cloud's spot notice relayed to Ray) raises a
-RayActorError marked `preempted`, which Tune does not count toward max_failures. But a node that just
-disappears (a spot instance reclaimed without a drain, a dead machine, a killed raylet) reaches the driver
-as ActorUnavailableError ("Socket closed") or ActorDiedError, counted like a bug: a long trial on spot
-instances would fail after max_failures losses. And Tune decides whether to retry (Trial.should_recover, in
-TuneController._process_trial_failure) before any callback hears of the failure, so a callback can only
-uncount a failure after its retry was decided. Hence, as the fallback for losses Ray did not mark:
+Ray's own signal comes first: an actor that died on a node drained with reason PREEMPTION and a deadline, the
+node dying past it (`ray drain-node --reason DRAIN_NODE_REASON_PREEMPTION --deadline-remaining-seconds N`, a
+cloud's spot notice relayed to Ray), raises a RayActorError marked `preempted`, which Tune does not count toward
+max_failures. But a node that just disappears (a spot instance reclaimed without a drain, a dead machine, a
+killed raylet) reaches the driver as ActorUnavailableError ("Socket closed") or ActorDiedError, counted like a
+bug: a long trial on spot instances would fail after max_failures losses. And Tune decides whether to retry
+(Trial.should_recover, in TuneController._process_trial_failure) before any callback hears of the failure, so a
+callback can only uncount a failure after its retry was decided. Hence, as the fallback for losses Ray did not
+mark:
 
     tune_limit(n)        Tune's max_failures: n + 1, one failure of room, so that a node loss is retried
                          even when the trial's crashes have spent their n retries
@@ -26,6 +27,7 @@ Each failure is recorded in the run directory's retries.json (sptune.trials.retr
 from __future__ import annotations
 
 import logging
+import pickle
 import socket
 from pathlib import Path
 from typing import Any
@@ -74,8 +76,15 @@ class NodeLossRetries(Callback):
 
 
 def preempted_by_ray(trial: Any) -> bool:
-    """Whether the trial's last error is Ray's own preemption signal (its actor died on a drained node)."""
-    error = trial.get_pickled_error()
+    """Whether the trial's last error is Ray's own preemption signal (its actor died on a drained node).
+
+    Read from the trial's local folder, where Tune's Trial.handle_error pickles each error just before the
+    callbacks run (Trial.pickled_error_file). Trial.get_pickled_error reads the copy in Tune's storage path,
+    which Tune's sync brings later: at this point it holds an earlier failure's error, or none."""
+    path = Path(trial.pickled_error_file) if trial.pickled_error_file else None
+    if path is None or not path.is_file():
+        return False
+    error = pickle.loads(path.read_bytes())  # written by Tune's handle_error (cloudpickle), in this process
     if isinstance(error, RayTaskError):
         error = error.as_instanceof_cause()
     return isinstance(error, RayActorError) and error.preempted
