@@ -8,6 +8,7 @@ rest. Validation names the field and the allowed values, so a bad value is a one
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 from dataclasses import dataclass, field, fields
@@ -265,6 +266,17 @@ def load(path: str | os.PathLike | None = None, overrides: list[str] | None = No
     A config may hold per-stage settings (the paper uses different lr / batch size for pretraining
     and finetuning, Tables 4-6) under `stages: {pretrain: {optim: ...}, finetune: ..., scratch: ...}`.
     """
+    return for_stage(*read_sections(path), overrides, stage)
+
+
+def load_stages(path: str | os.PathLike | None, overrides: list[str]) -> dict[str, Config]:
+    """Every stage's config (load's, for each of STAGES), the file read once."""
+    data, stages = read_sections(path)
+    return {stage: for_stage(data, stages, overrides, stage) for stage in STAGES}
+
+
+def read_sections(path: str | os.PathLike | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A config file's sections and its `stages` section (each empty without a file)."""
     data: dict[str, Any] = {}
     if path:
         p = Path(path)
@@ -274,8 +286,15 @@ def load(path: str | os.PathLike | None = None, overrides: list[str] | None = No
     stages = data.pop("stages", None) or {}
     if not isinstance(stages, dict) or set(stages) - set(STAGES):
         raise UserError(f"config 'stages' must map some of {', '.join(STAGES)} to config sections")
+    return data, stages
+
+
+def for_stage(data: dict[str, Any], stages: dict[str, Any], overrides: list[str] | None,
+              stage: str | None) -> Config:
+    """The config of `stage` (None: no stage section) from a file's sections, with the overrides, validated."""
+    data = copy.deepcopy(data)  # a stage's config shares no mapping with another's
     if stage is not None:
-        data = merge(data, stages.get(stage) or {})
+        data = merge(data, copy.deepcopy(stages.get(stage) or {}))
     cfg = from_dict(merge(data, parse_overrides(overrides or [], stage)))
     check_causal_norm(cfg, stage)  # causal SPT: the pretraining stage's model will be causal
     return cfg

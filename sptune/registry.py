@@ -124,27 +124,27 @@ def get_model(name: str) -> Builder:
     return external(found)
 
 
-def check_names(cfg: Config) -> Config:
-    """The config's task and model each exist (and the task can redraw its splits if task.resample_splits asks
+def check_names(*cfgs: Config) -> None:
+    """Each config's task and model exist (and the task can redraw its splits if task.resample_splits asks
     it to), or a one-line UserError naming the field and the choices.
     A layer from outside sptune is also held to its contract (sptune.layer_contract: a tiny forward). A
     files task's path becomes absolute (trials run in other directories). Every entry point that runs a
     config calls this right after loading it."""
-    if cfg.task.path:
-        cfg.task.path = str(Path(cfg.task.path).expanduser().resolve())
-    task = task_of(cfg.task)
-    if cfg.task.resample_splits:
-        check_resample(task)
-    builder = get_model(cfg.model.name)
-    if is_builtin_model(cfg.model.name):
-        if cfg.model.options:
-            raise UserError(f"model.options ({', '.join(sorted(cfg.model.options))}) is for layers from outside "
-                            f"sptune; built-in model '{cfg.model.name}' takes model.<field> settings")
-    else:
-        from sptune.layer_contract import check
+    for cfg in cfgs:
+        if cfg.task.path:
+            cfg.task.path = str(Path(cfg.task.path).expanduser().resolve())
+        task = task_of(cfg.task)
+        if cfg.task.resample_splits:
+            check_resample(task)
+        builder = get_model(cfg.model.name)
+        if is_builtin_model(cfg.model.name):
+            if cfg.model.options:
+                raise UserError(f"model.options ({', '.join(sorted(cfg.model.options))}) is for layers from "
+                                f"outside sptune; built-in model '{cfg.model.name}' takes model.<field> settings")
+        else:
+            from sptune.layer_contract import check
 
-        check(cfg.model.name, builder, cfg.model, causal=cfg.model.causal or cfg.objective.kind == "causal")
-    return cfg
+            check(cfg.model.name, builder, cfg.model, causal=cfg.model.causal or cfg.objective.kind == "causal")
 
 
 def slug(name: str) -> str:

@@ -89,8 +89,7 @@ def stopped_trial(tmp_path, stage="scratch", stop_at=8):
 def test_a_stopped_trial_gets_a_test_metric_at_its_best_checkpoint(tmp_path, stage):
     run_dir = stopped_trial(tmp_path, stage)
     assert not (run_dir / files.RESULT).exists()
-    spec = trainable.TrialSpec(stage=stage, base={}, study_dir=str(tmp_path / "study"), path="direct")
-    assert stopped.test_stopped(tmp_path / "study", stage, spec) == [run_dir]
+    assert stopped.test_stopped(tmp_path / "study", stage) == [run_dir]
     assert list((run_dir / "tb").glob(f"*{trainable.HPARAMS_END}"))  # TensorBoard's HParams outcome, test included
     result = files.read_json(run_dir / files.RESULT)
     assert result["status"] == "stopped" and result["steps"] == 8 and math.isfinite(result["test_metric"])

@@ -17,7 +17,9 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from sptune.cli import main as cli  # noqa: E402
+from sptune.config import STAGES  # noqa: E402
 from sptune.errors import UserError  # noqa: E402
+from sptune.records import studies  # noqa: E402
 from sptune.tasks import files  # noqa: E402
 from sptune.tasks.base import PAD_ID  # noqa: E402
 
@@ -126,6 +128,15 @@ def test_parquet_single_channel_list_column(tmp_path):
     task = files.load_files_task(tmp_path)
     assert (task.input_kind, task.channels, task.seq_len, task.num_classes) == ("continuous", 1, 7, 2)
     assert task.load(seed=0)["test"].inputs.shape == (2, 7, 1)
+
+
+def test_a_study_keeps_a_relative_task_path_absolute_for_its_trials(tmp_path, monkeypatch):
+    """Trials run in other directories (Tune's trial folders, other nodes): study.json holds the path resolved."""
+    good_npz(tmp_path / "data")
+    monkeypatch.chdir(tmp_path)
+    state = studies.resolve(None, ["task.name=files", "task.path=data"], check_rungs=False)
+    assert {stage: cfg["task"]["path"] for stage, cfg in state.stages.items()} == \
+        dict.fromkeys(STAGES, str((tmp_path / "data").resolve()))
 
 
 @pytest.mark.parametrize("val_name", ["validation", "val"])

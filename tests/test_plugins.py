@@ -84,7 +84,9 @@ def layers(tmp_path, monkeypatch):
 
 
 def checked(*overrides):
-    return registry.check_names(config.load(None, list(overrides)))
+    cfg = config.load(None, list(overrides))
+    registry.check_names(cfg)
+    return cfg
 
 
 def test_an_import_path_builds_inside_the_shared_backbone(layers):

@@ -26,7 +26,9 @@ from sptune.experiment.engine import interrupts
 def _config(args: argparse.Namespace, stage: str):
     from sptune import config, registry
 
-    return registry.check_names(config.load(args.config, args.overrides, stage=stage))
+    cfg = config.load(args.config, args.overrides, stage=stage)
+    registry.check_names(cfg)
+    return cfg
 
 
 def _print_result(result: dict[str, Any]) -> None:

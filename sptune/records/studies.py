@@ -29,7 +29,6 @@ trial worker asks for (sptune.trials.resources): otherwise no trial could ever s
 from __future__ import annotations
 
 import copy
-import json
 import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -37,7 +36,7 @@ from typing import Any
 
 from sptune import files, folds, protocol, registry
 from sptune.config import STAGES
-from sptune.config import load as load_config
+from sptune.config import load_stages
 from sptune.errors import UserError
 from sptune.records import layout, results, study_state
 from sptune.records.study_state import Selection, StudyState
@@ -67,9 +66,7 @@ def create(config_path: str | None, overrides: list[str], study_dir: str | Path,
     state = resolve(config_path, overrides, space_path, options, space)
     state.dir = str(study_dir)
     study_dir.mkdir(parents=True, exist_ok=True)
-    study_state.save(study_dir, state)
-    # As a resume will read it: lists where configs had tuples, keys in study.json's sorted order.
-    return StudyState.from_dict(json.loads(json.dumps(state.to_dict(), sort_keys=True)))
+    return study_state.save_new(study_dir, state)
 
 
 def resolve(config_path: str | None, overrides: list[str], space_path: str | None = None,
@@ -81,10 +78,9 @@ def resolve(config_path: str | None, overrides: list[str], space_path: str | Non
     options = options or Options()
     # The smoke settings first: an override on the command line still wins (`--smoke optim.max_steps=40`).
     overrides = (SMOKE_OVERRIDES if options.smoke else []) + list(overrides)
-    loaded = {stage: load_config(config_path, overrides, stage=stage) for stage in STAGES}
+    loaded = load_stages(config_path, overrides)
+    check_names(*loaded.values())  # (a files task's path made absolute: the trials run in other directories)
     stages = {stage: cfg.to_dict() for stage, cfg in loaded.items()}
-    for cfg in loaded.values():
-        check_names(cfg)
     task, model = stages["scratch"]["task"]["name"], stages["scratch"]["model"]["name"]
     if space is None:
         space = spaces.load(space_path) if space_path else default_space(stages["scratch"])
@@ -260,9 +256,10 @@ def select_pretraining(study_dir: Path, state: StudyState) -> Selection | None:
     return state.selected
 
 
-def trial_specs(study_dir: Path, state: StudyState) -> dict[str, TrialSpec]:
-    """Every stage's trial spec."""
-    return {stage: trial_spec(study_dir, state, stage) for stage in STAGES}
+def stage_parts(study_dir: Path, state: StudyState) -> dict[str, tuple[TrialSpec, spaces.StageSpace, int]]:
+    """Each stage's trial spec, grid and trial count (the engine's Stage, sptune.experiment.engine.domain)."""
+    return {stage: (trial_spec(study_dir, state, stage), stage_space(state, stage), stage_trials(state, stage))
+            for stage in STAGES}
 
 
 def trial_spec(study_dir: Path, state: StudyState, stage: str) -> TrialSpec:

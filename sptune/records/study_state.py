@@ -8,6 +8,7 @@ written atomically. This module reads files only; it imports no Ray.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -93,6 +94,15 @@ def read(study_dir: str | Path) -> StudyState | None:
 
 def save(study_dir: str | Path, state: StudyState) -> None:
     atomic.write_json(path_of(study_dir), state.to_dict())
+
+
+def save_new(study_dir: str | Path, state: StudyState) -> StudyState:
+    """Write a new study's state; returns it as a resume will read it (lists where configs had tuples, keys in
+    study.json's sorted order)."""
+    data = json.loads(json.dumps(state.to_dict(), sort_keys=True))
+    saved = StudyState.from_dict(data)
+    atomic.write_json(path_of(study_dir), data)
+    return saved
 
 
 def set_stage_status(study_dir: str | Path, state: StudyState, stage: str, status: str) -> None:

@@ -180,7 +180,8 @@ class Run:
 
 def set_up(cfg: Config, stage: str, init_from: Path | None, run_dir: Path | None, restart: bool,
            train_device: torch.device | None) -> Run:
-    task = task_of(check_names(cfg).task)
+    check_names(cfg)
+    task = task_of(cfg.task)
     cfg, fp = identify(cfg, stage, init_from)
     run_dir = Path(run_dir) if run_dir else run_dir_of(cfg, stage, fp)
     if not restart:

@@ -12,18 +12,15 @@ from sptune import atomic, files
 from sptune.trials import failures, trainable
 
 
-def make_outcomes_callback(spec: Any):
-    """A Tune callback (driver side) that records how each trial of one stage ended: a crash after
-    its last retry -> error.json + HParams status `failed`; stopped by ASHA -> HParams `stopped`.
+def make_outcomes_callback():
+    """A Tune callback (driver side) that records how each trial ended, whatever its cell and stage: a crash
+    after its last retry -> error.json + HParams status `failed`; stopped by ASHA -> HParams `stopped`.
     Completed and deterministically failed trials record themselves (result.json)."""
     from ray.tune import Callback
 
     class TrialOutcomes(Callback):
-        def _run_dir(self, trial: Any) -> Path:
-            return trainable.run_dir_of(spec.study_dir, spec.stage, trial.trial_id, trainable.searched(trial.config))
-
         def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-            run_dir = self._run_dir(trial)
+            run_dir = trainable.trial_run_dir(trial.config, trial.trial_id)
             if not (run_dir / files.TRIAL).is_file():
                 return  # never started: no run directory, no row
             # The driver-side error.txt is written before this call; the copy in storage may lag.
@@ -32,14 +29,12 @@ def make_outcomes_callback(spec: Any):
             atomic.write_json(run_dir / files.TRIAL_ERROR, {"error": error, "error_file": trial.error_file,
                                            "failures": trial.run_metadata.num_failures})
             metrics, step = failures.stopped_metrics(run_dir)
-            trainable.write_hparams(run_dir, spec, trainable.searched(trial.config), dict(metrics, status="failed"),
-                                    step)
+            trainable.write_outcome(run_dir, dict(metrics, status="failed"), step)
 
         def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-            run_dir = self._run_dir(trial)
+            run_dir = trainable.trial_run_dir(trial.config, trial.trial_id)
             if (run_dir / files.TRIAL).is_file() and files.finished_result(run_dir) is None:
                 metrics, step = failures.stopped_metrics(run_dir)
-                trainable.write_hparams(run_dir, spec, trainable.searched(trial.config),
-                                        dict(metrics, status="stopped"), step)
+                trainable.write_outcome(run_dir, dict(metrics, status="stopped"), step)
 
     return TrialOutcomes()

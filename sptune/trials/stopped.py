@@ -26,11 +26,11 @@ log = logging.getLogger("sptune.engine")
 STATUS = "stopped"
 
 
-def test_stopped(study_dir: Path, stage: str, spec: Any = None, crashed: frozenset[str] = frozenset()) -> list[Path]:
+def test_stopped(study_dir: Path, stage: str, crashed: frozenset[str] = frozenset()) -> list[Path]:
     """Test every trial of an ended stage that has a best checkpoint but no result and no crash record (nor
     is among `crashed`, the Tune trial ids the engine was told crashed);
-    returns their run directories. With the stage's TrialSpec, the trial's TensorBoard HParams outcome
-    (written `stopped` by sptune.trials.outcomes) gets the test metric too."""
+    returns their run directories. The trial's TensorBoard HParams outcome (written `stopped` by
+    sptune.trials.outcomes) gets the test metric too."""
     stage_dir = Path(study_dir) / stage
     if not stage_dir.is_dir():
         return []
@@ -44,10 +44,9 @@ def test_stopped(study_dir: Path, stage: str, spec: Any = None, crashed: frozens
         if trial.get("trial_id") in crashed:
             continue  # Tune reported it crashed; its error.json may not be written yet (callbacks run after)
         result = stopped_result(run_dir, stage, int(trial.get("workers", 1)))
-        if spec is not None:
-            from sptune.trials import trainable
+        from sptune.trials import trainable  # (its TensorBoard writer imports torch: only where a trial stopped)
 
-            trainable.write_hparams(run_dir, spec, trial["params"], result, result["steps"])
+        trainable.write_outcome(run_dir, result, result["steps"])
         log.info("%s: stopped early at step %d, test %s %.4f at its best checkpoint (step %d)", run_dir.name,
                  result["steps"], result["metric"], result["test_metric"], result["best_step"])
         tested.append(run_dir)
@@ -110,7 +109,7 @@ def test_on_worker(spec: Any, crashed: frozenset[str]) -> Any:
     task = ray.remote(test_stopped).options(
         num_cpus=0, name=f"test stopped {spec.stage} trials", max_retries=3, **gpus,
         scheduling_strategy=NodeAffinitySchedulingStrategy(trial_node(bool(spec.gpus_per_worker)), soft=True))
-    return task.remote(spec.study_dir, spec.stage, spec, crashed)
+    return task.remote(spec.study_dir, spec.stage, crashed)
 
 
 def trial_node(gpu: bool) -> str:

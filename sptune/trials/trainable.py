@@ -179,13 +179,13 @@ def stage_trainable(trial: Trial) -> None:
     cfg = trial_config(spec, params)
     init_from = Path(spec.init["run_dir"]) if spec.init else None
     with attempt(trial) as clock:
-        write_hparams(run_dir, spec, params, {"status": "running"})  # listed in TensorBoard however it ends
+        write_hparams(run_dir, spec, params)  # listed in TensorBoard however it ends
         if spec.path == "direct":
             result = run_guarded(cfg, spec.stage, init_from, report_to_tune(clock), run_dir,
                                  gpu_share=spec.gpus_per_worker)
         else:
             result = run_under_torch_trainer(cfg, spec, run_dir, trial.trial_id, init_from)
-    write_hparams(run_dir, spec, params, result, result.get("steps"))
+    write_outcome(run_dir, result, result.get("steps"))
     ray_tune.report(final_metrics(result, clock.total()))
 
 
@@ -344,36 +344,33 @@ HPARAMS_END = ".sptune-end"  # suffix of the event file holding a trial's outcom
 SESSION_STATUS = {"completed": "STATUS_SUCCESS", "stopped": "STATUS_SUCCESS", "failed": "STATUS_FAILURE"}
 
 
-def write_hparams(run_dir: Path, spec: TrialSpec, params: dict[str, Any], result: dict[str, Any],
-                  step: int | None = None) -> None:
-    """One HParams session per trial in its tb/ directory, next to the stage's scalars.
+def write_hparams(run_dir: Path, spec: TrialSpec, params: dict[str, Any]) -> None:
+    """One HParams session per trial in its tb/ directory, next to the stage's scalars, written when the trial
+    starts. TensorBoard keeps the first session record of a run and the latest value of each metric: every trial
+    is listed, however it ends (its outcome: write_outcome)."""
+    from torch.utils.tensorboard import SummaryWriter
+    from torch.utils.tensorboard.summary import hparams as hparams_summaries
 
-    TensorBoard keeps the first session record of a run and the latest value of each metric. So the
-    session (its hparams) is written when the trial starts: every trial is listed, however it ends;
-    its outcome (status, final metrics at its last step) when it ends, in an event file of its own
-    (HPARAMS_END) that a later attempt (a retry, --retry-failed) deletes before writing its own."""
+    # model, task, seed and cell as columns: trials of one experiment told apart in HParams' table
+    hparams = dict(params, stage=spec.stage, path=spec.path, model=spec.base["model"]["name"],
+                   task=spec.base["task"]["name"], seed=spec.base["run"]["seed"], cell=Path(spec.study_dir).name)
+    if spec.init:
+        hparams["init_trial"] = spec.init["trial"]
+    domains = {k: v for k, v in spec.hparam_domains.items() if k in params}
+    experiment, session_start, _ = hparams_summaries(hparams, session_metrics({}), domains or None)
+    with SummaryWriter(str(run_dir / "tb")) as writer:
+        for summary in (experiment, session_start):
+            writer.file_writer.add_summary(summary)
+
+
+def write_outcome(run_dir: Path, result: dict[str, Any], step: int | None = None) -> None:
+    """A trial's HParams outcome (status, final metrics at its last step) when it ends, in an event file of its
+    own (HPARAMS_END) that a later attempt (a retry, --retry-failed) deletes before writing its own."""
     from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
     from tensorboard.plugins.hparams.api_pb2 import Status
     from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData, SessionEndInfo
     from torch.utils.tensorboard import SummaryWriter
-    from torch.utils.tensorboard.summary import hparams as hparams_summaries
 
-    nan = float("nan")
-    metrics = {"hparams/best_val": result.get("best_val") if result.get("best_val") is not None else nan,
-               "hparams/final_val": result.get("final_val") if result.get("final_val") is not None else nan,
-               "hparams/test_metric": result.get("test_metric", nan), "hparams/best_step": result.get("best_step", -1)}
-    if result["status"] == "running":
-        # model, task, seed and cell as columns: trials of one experiment told apart in HParams' table
-        hparams = dict(params, stage=spec.stage, path=spec.path, model=spec.base["model"]["name"],
-                       task=spec.base["task"]["name"], seed=spec.base["run"]["seed"], cell=Path(spec.study_dir).name)
-        if spec.init:
-            hparams["init_trial"] = spec.init["trial"]
-        domains = {k: v for k, v in spec.hparam_domains.items() if k in params}
-        experiment, session_start, _ = hparams_summaries(hparams, metrics, domains or None)
-        with SummaryWriter(str(run_dir / "tb")) as writer:
-            for summary in (experiment, session_start):
-                writer.file_writer.add_summary(summary)
-        return
     content = HParamsPluginData(version=0, session_end_info=SessionEndInfo(
         status=Status.Value(SESSION_STATUS[result["status"]])))
     session_end = Summary(value=[Summary.Value(tag="_hparams_/session_end_info", metadata=SummaryMetadata(
@@ -382,8 +379,16 @@ def write_hparams(run_dir: Path, spec: TrialSpec, params: dict[str, Any], result
         old.unlink()
     with SummaryWriter(str(run_dir / "tb"), filename_suffix=HPARAMS_END) as writer:
         writer.file_writer.add_summary(session_end)
-        for tag, value in metrics.items():
+        for tag, value in session_metrics(result).items():
             writer.add_scalar(tag, value, step or 0)
+
+
+def session_metrics(result: dict[str, Any]) -> dict[str, float]:
+    """The HParams metrics of a result (NaN, or -1 for the step, where it has none yet)."""
+    nan = float("nan")
+    return {"hparams/best_val": result.get("best_val") if result.get("best_val") is not None else nan,
+            "hparams/final_val": result.get("final_val") if result.get("final_val") is not None else nan,
+            "hparams/test_metric": result.get("test_metric", nan), "hparams/best_step": result.get("best_step", -1)}
 
 
 # ----------------------------------------------------------------------------- the TorchTrainer path

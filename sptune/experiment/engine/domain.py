@@ -53,46 +53,36 @@ class Cell:
     def __post_init__(self) -> None:
         fit_packing(self.dir, self.state)
         self.bounds = studies.cell_bounds(self.state)
-        self.stages = {name: Stage(name, spec, studies.stage_space(self.state, name),
-                                   studies.stage_trials(self.state, name))
-                       for name, spec in studies.trial_specs(self.dir, self.state).items()}
+        self.stages = {name: Stage(name, *parts) for name, parts in studies.stage_parts(self.dir, self.state).items()}
 
 
-@dataclass(frozen=True)
+@dataclass
 class Experiment:
     """What one driver start serves: its directory (Tune's run lives in its tune/), the cells it continues
     (`todo`, in the order they are proposed) and every cell of the Tune run it makes or restores (`cells`: a
-    restored run's finished cells too, since Tune asks each trial it recorded for its spec and placement)."""
+    restored run's finished cells too, since Tune asks each trial it recorded for its spec and placement);
+    what Tune is given is worked out from them once."""
 
     dir: Path
     cells: dict[str, Cell]
     todo: tuple[str, ...]
+    # Every stage's spec of every cell, keyed as a trial's lineage names it (sptune.trials.entry).
+    specs: dict[tuple[str, str], TrialSpec] = field(init=False)
+    placements: dict[str, dict[str, float]] = field(init=False)  # each cell's trial resources (--cpus-per-worker ...)
+    # Every trial a cell to continue may run, and one more: Tune's upper bound, never reached, so Tune asks the
+    # searcher until it says FINISHED (a stage is done only once its stopped trials were tested).
+    total_trials: int = field(init=False)
+    concurrency: int = field(init=False)  # the most trials the cells' stages may run at once (each its max_concurrent)
+    max_failures: int = field(init=False)
 
-    @property
-    def specs(self) -> dict[tuple[str, str], TrialSpec]:
-        """Every stage's spec of every cell, keyed as a trial's lineage names it (sptune.trials.entry)."""
-        return {(str(cell.dir), stage.name): stage.spec for cell in self.cells.values()
-                for stage in cell.stages.values()}
-
-    @property
-    def placements(self) -> dict[str, dict[str, float]]:
-        """Each cell's trial resources (--cpus-per-worker, --gpus-per-worker ...)."""
-        return {key: cell.bounds.resources for key, cell in self.cells.items()}
-
-    @property
-    def total_trials(self) -> int:
-        """Every trial a cell to continue may run, and one more: Tune's upper bound, never reached, so Tune asks
-        the searcher until it says FINISHED (a stage is done only once its stopped trials were tested)."""
-        return sum(self.cells[key].bounds.trials for key in self.todo) + 1
-
-    @property
-    def concurrency(self) -> int:
-        """The most trials the cells' stages may run at once (each stage at its max_concurrent)."""
-        return sum(self.cells[key].bounds.concurrency for key in self.todo) or 1
-
-    @property
-    def max_failures(self) -> int:
-        return max((self.cells[key].bounds.max_failures for key in self.todo), default=0)
+    def __post_init__(self) -> None:
+        todo = [self.cells[key].bounds for key in self.todo]
+        self.specs = {(str(cell.dir), stage.name): stage.spec for cell in self.cells.values()
+                      for stage in cell.stages.values()}
+        self.placements = {key: cell.bounds.resources for key, cell in self.cells.items()}
+        self.total_trials = sum(bounds.trials for bounds in todo) + 1
+        self.concurrency = sum(bounds.concurrency for bounds in todo) or 1
+        self.max_failures = max((bounds.max_failures for bounds in todo), default=0)
 
 
 def fit_packing(study_dir: Path, state: StudyState) -> None:

@@ -307,13 +307,12 @@ def group_scheduler(group: Group) -> Any:
 
 
 def group_callbacks(progress: bool, group: Group) -> list:
-    """A (cell, stage)'s callbacks: how each trial ended, the cell's tracker, and (`progress`) its stage's bar."""
+    """A (cell, stage)'s callbacks: the cell's tracker and (`progress`) its stage's bar."""
     from sptune.experiment.engine.progress import StageProgress
 
     study_dir, stage = Path(group[0]), group[1]
     cell = domain.cell_at(study_dir)
-    made = [outcomes.make_outcomes_callback(cell.stages[stage].spec),
-            *loggers.callbacks(cell.state.options.logger, study_dir, stage)]
+    made = loggers.callbacks(cell.state.options.logger, study_dir, stage)
     if progress:
         made.append(StageProgress(stage, cell.stages[stage].trials))
     return made
@@ -364,6 +363,7 @@ def run_cells(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callab
                 # Tune's own TensorBoard logger is left out: a study's TensorBoard runs are its trials'.
                 callbacks=[stopping.StopAtStepBoundary(stop_key), mirroring.PushMirror(), JsonLoggerCallback(),
                            CSVLoggerCallback(), preemption.NodeLossRetries(experiment.max_failures),
+                           outcomes.make_outcomes_callback(),
                            GroupCallbacks(partial(group_callbacks, len(cell_dirs) == 1),
                                           groups if len(cell_dirs) == 1 else [])]))
     fit(tuner, stop_key, experiment.concurrency, time_budget_s)
