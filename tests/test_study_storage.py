@@ -5,8 +5,7 @@ pyarrow's S3 client speaks it to AWS). The study runs in a subprocess with `--st
 has finished and the pretraining trial is mid-way; the driver is SIGKILLed (a lost head: nothing saved on the
 way out) and its local folder deleted; `sptune resume s3://...` pulls the folder back and continues. The
 finished trial must be kept byte for byte, every stage must end with a completed trial, and pretraining must
-have continued from the checkpoint the mirror carried, not from step 0. (That a resumed study's numbers equal
-an uninterrupted one's is test_resume_study's; a pulled folder is that folder.)
+have continued from the checkpoint the mirror carried, not from step 0, to an uninterrupted run's numbers.
 """
 
 import json
@@ -20,6 +19,7 @@ import time
 import pytest
 import yaml
 from ray_fixtures import sptune_env
+from reproducibility import assert_pretraining_uninterrupted
 from s3_server import S3Server
 from s3_server import held as remote_files
 
@@ -155,6 +155,8 @@ def test_a_study_resumed_from_s3_after_its_head_is_gone_keeps_its_trials_and_con
     # Pretraining continued from the checkpoint the mirror carried (the trial's second attempt starts past 0).
     trial = files.read_json(study_dir / "pretrain" / pretraining / "trial.json")
     assert [a["start_step"] > 0 for a in trial["attempts"]] == [False, True]
+    # ...and ended with an uninterrupted run's numbers.
+    assert_pretraining_uninterrupted(study_dir, results.collect(study_dir), tmp_path / "plain")
     # The storage holds the finished study: pulled elsewhere, it reads the same table.
     for key, value in s3.items():
         monkeypatch.setenv(key, value)
