@@ -76,13 +76,13 @@ class Experiment:
     max_failures: int = field(init=False)
 
     def __post_init__(self) -> None:
-        todo = [self.cells[key].bounds for key in self.todo]
+        continued = [self.cells[key].bounds for key in self.todo]  # the bounds of the cells this start continues
         self.specs = {(str(cell.dir), stage.name): stage.spec for cell in self.cells.values()
                       for stage in cell.stages.values()}
         self.placements = {key: cell.bounds.resources for key, cell in self.cells.items()}
-        self.total_trials = sum(bounds.trials for bounds in todo) + 1
-        self.concurrency = sum(bounds.concurrency for bounds in todo) or 1
-        self.max_failures = max((bounds.max_failures for bounds in todo), default=0)
+        self.total_trials = sum(bounds.trials for bounds in continued) + 1
+        self.concurrency = sum(bounds.concurrency for bounds in continued) or 1
+        self.max_failures = max((bounds.max_failures for bounds in continued), default=0)
 
 
 def fit_packing(study_dir: Path, state: StudyState) -> None:
