@@ -22,6 +22,7 @@ from ray_fixtures import sptune_env
 from reproducibility import assert_pretraining_uninterrupted
 from s3_server import S3Server
 from s3_server import held as remote_files
+from s3_server import mirrored_files
 
 from sptune import files
 from sptune.errors import UserError
@@ -37,7 +38,6 @@ CONFIG = {
 SPACE = {"task": "listops-mini", "model": "transformer", "num_samples": 1, "max_concurrent": 1,
          "stages": {stage: {"params": {"optim.lr": [1e-3], "optim.batch_size": [8]}}
                     for stage in ("pretrain", "finetune", "scratch")}}
-COMPARED = ("stage", "optim.lr", "status", "steps", "best_step", "best_val", "best_val_loss", "test_metric")
 
 
 @pytest.fixture
@@ -87,49 +87,85 @@ def finished(proc, timeout=420, study_dir=None):
     return out
 
 
-def table(study_dir):
-    return sorted(tuple(row.get(key) for key in COMPARED) for row in results.collect(study_dir))
+def s3_client(env):
+    import boto3
+
+    return boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id="test",
+                        aws_secret_access_key="test", region_name="us-east-1")
+
+
+def stored_keys(env, uri):
+    """The keys under `uri`, relative to it, as the storage lists them now."""
+    bucket, prefix = uri[len("s3://"):].split("/", 1)
+    pages = s3_client(env).get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    return {item["Key"][len(prefix) + 1:] for page in pages for item in page.get("Contents", [])}
 
 
 def wait_for_midway(study_dir, proc, env, uri, timeout=300):
     """Until the storage holds a finished scratch trial and a pretraining checkpoint past step 20 whose
     trial has no result yet; returns the pretraining run's name."""
-    import boto3
-
     bucket, prefix = uri[len("s3://"):].split("/", 1)
-    client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id="test",
-                          aws_secret_access_key="test", region_name="us-east-1")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.stdout.read()[-3000:]
-        stored = {item["Key"][len(prefix) + 1:] for page in client.get_paginator("list_objects_v2").paginate(
-            Bucket=bucket, Prefix=prefix) for item in page.get("Contents", [])}
+        stored = stored_keys(env, uri)
         scratch_done = any(key.startswith("scratch/") and key.endswith("/result.json") for key in stored)
         for key in stored:
             stage, name, leaf = (key.split("/") + ["", ""])[:3]
             unfinished = f"pretrain/{name}/result.json" not in stored
             if (stage, leaf) == ("pretrain", files.PROGRESS) and scratch_done and unfinished:
-                progress = json.loads(client.get_object(Bucket=bucket, Key=f"{prefix}/{key}")["Body"].read())
+                progress = json.loads(s3_client(env).get_object(Bucket=bucket, Key=f"{prefix}/{key}")["Body"].read())
                 if progress["step"] >= 20:
                     return name
         time.sleep(0.2)
     raise AssertionError("the storage never held a finished trial beside a checkpointed, unfinished pretraining")
 
 
-@pytest.mark.slow  # ~50 s: a study through a storage outage, killed mid-way, its resume from the storage
-def test_a_study_resumed_from_s3_after_its_head_is_gone_keeps_its_trials_and_continues_the_others(
-        tmp_path, s3_server, s3, monkeypatch):
+def study_files(tmp_path):
     config, space = tmp_path / "config.yaml", tmp_path / "space.yaml"
     config.write_text(yaml.safe_dump(CONFIG))
     space.write_text(yaml.safe_dump(SPACE))
+    return config, space
+
+
+def wait_for_driver(study_dir, timeout=120):
+    """Until the driver has attached the storage and is starting Ray."""
+    deadline = time.monotonic() + timeout
+    while not (study_dir / files.DRIVER).is_file() and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def assert_resumed_as_uninterrupted(study_dir, pretraining, kept, uri, s3, tmp_path, monkeypatch):
+    """A study resumed after a lost driver: every stage ends with a completed trial; the trials finished before
+    the loss are kept byte for byte, not rerun; pretraining continued from the checkpoint it had reached (its
+    second attempt starts past step 0) to an uninterrupted run's numbers; and the storage holds the finished
+    study: pulled elsewhere, it is the study folder file for file."""
+    rows = results.collect(study_dir)
+    assert sorted(row["stage"] for row in rows) == ["finetune", "pretrain", "scratch"]
+    assert all(row["status"] == "completed" for row in rows)
+    assert kept and {path: (study_dir / path).read_bytes() for path in kept} == kept
+    trial = files.read_json(study_dir / "pretrain" / pretraining / "trial.json")
+    assert [a["start_step"] > 0 for a in trial["attempts"]] == [False, True]
+    assert_pretraining_uninterrupted(study_dir, rows, tmp_path / "plain")
+    for key, value in s3.items():
+        monkeypatch.setenv(key, value)
+    assert mirrored_files(storage.pull(uri, tmp_path / "copy")) == mirrored_files(study_dir)
+
+
+def finished_trials(study_dir):
+    return {path.relative_to(study_dir): path.read_bytes() for path in study_dir.glob("scratch/*/result.json")}
+
+
+@pytest.mark.slow  # ~50 s: a study through a storage outage, killed mid-way, its resume from the storage
+def test_a_study_resumed_from_s3_after_its_head_is_gone_keeps_its_trials_and_continues_the_others(
+        tmp_path, s3_server, s3, monkeypatch):
+    config, space = study_files(tmp_path)
     study_dir, uri = tmp_path / "head" / "study", "s3://studies/team"
 
     tag = session.ray_tag(study_dir)
     driver = sptune(s3, "study", config, "--search-space", space, "--dir", study_dir, "--storage", uri, "--quiet")
     try:
-        deadline = time.monotonic() + 120
-        while not (study_dir / files.DRIVER).is_file() and time.monotonic() < deadline:  # attached, Ray starting
-            time.sleep(0.1)
+        wait_for_driver(study_dir)
         outage(s3_server)  # while Ray starts and the first trials run: the study goes on, its pushes retried
         pretraining = wait_for_midway(study_dir, driver, s3, f"{uri}/study")
         log = (study_dir / files.STUDY_LOG).read_text()
@@ -137,7 +173,7 @@ def test_a_study_resumed_from_s3_after_its_head_is_gone_keeps_its_trials_and_con
         os.killpg(driver.pid, signal.SIGKILL)  # the head is lost: driver, Ray and trials at once
         driver.wait(timeout=60)
         session.stop_processes(session.ray_processes(tag))
-        kept = {path.relative_to(study_dir): path.read_bytes() for path in study_dir.glob("scratch/*/result.json")}
+        kept = finished_trials(study_dir)
         shutil.rmtree(tmp_path / "head")  # and its disk
 
         out = finished(sptune(s3, "resume", f"{uri}/study", "--quiet"), study_dir=study_dir)
@@ -146,21 +182,83 @@ def test_a_study_resumed_from_s3_after_its_head_is_gone_keeps_its_trials_and_con
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
         session.stop_processes(session.ray_processes(tag))
+    assert_resumed_as_uninterrupted(study_dir, pretraining, kept, f"{uri}/study", s3, tmp_path, monkeypatch)
 
-    rows = table(study_dir)
-    assert sorted(row[0] for row in rows) == ["finetune", "pretrain", "scratch"]
-    assert all(row[2] == "completed" for row in rows)
-    # The trial that had finished before the head was lost came back from the storage as it was, not rerun.
-    assert kept and {path: (study_dir / path).read_bytes() for path in kept} == kept
-    # Pretraining continued from the checkpoint the mirror carried (the trial's second attempt starts past 0).
-    trial = files.read_json(study_dir / "pretrain" / pretraining / "trial.json")
-    assert [a["start_step"] > 0 for a in trial["attempts"]] == [False, True]
-    # ...and ended with an uninterrupted run's numbers.
-    assert_pretraining_uninterrupted(study_dir, results.collect(study_dir), tmp_path / "plain")
-    # The storage holds the finished study: pulled elsewhere, it reads the same table.
-    for key, value in s3.items():
-        monkeypatch.setenv(key, value)
-    assert table(storage.pull(f"{uri}/study", tmp_path / "copy")) == rows
+
+# A driver that loses itself (SIGKILL to its process group: driver, Ray and trials at once) inside the first
+# push past a trigger file: after that push's deletes, before its manifest records them; or with Tune's
+# snapshot half uploaded.
+KILLED_MID_PUSH = """
+import os, signal, sys
+from pathlib import Path
+from sptune.cli.main import main
+from sptune.records import storage
+
+where, trigger = sys.argv[1], Path(sys.argv[2])
+
+def lost():
+    os.killpg(os.getpgrp(), signal.SIGKILL)
+
+if where == "after_deletes":
+    delete_each = storage._delete_each
+    def deleting_then_killed(fs, root, relatives):
+        delete_each(fs, root, relatives)
+        if relatives and trigger.exists():
+            lost()
+    storage._delete_each = deleting_then_killed
+else:
+    push_tune_state = storage.Mirror._push_tune_state
+    def uploading_then_killed(self, fs, root, state):
+        if state and trigger.exists():
+            packed = storage._pack(state)
+            with fs.open_output_stream(f"{root}/{storage.TUNE_STATE}") as out:
+                out.write(packed[:len(packed) // 2])
+                lost()
+        return push_tune_state(self, fs, root, state)
+    storage.Mirror._push_tune_state = uploading_then_killed
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+@pytest.mark.slow  # ~50 s: a study whose driver is killed inside a push, resumed
+@pytest.mark.parametrize("where", ["after_deletes", "tune_state_half_uploaded"])
+def test_a_study_whose_driver_is_killed_mid_push_resumes_to_an_uninterrupted_runs_numbers(
+        tmp_path, s3, where, monkeypatch):
+    """After its deletes the local disk is kept and the study resumed from it: the manifest still lists what
+    the storage no longer holds, and the resumed mirror must finish that push. With Tune's snapshot half
+    uploaded the disk is lost too and the study resumed from the storage, whose Tune snapshot is older than
+    its run directories."""
+    config, space = study_files(tmp_path)
+    study_dir, uri, trigger = tmp_path / "head" / "study", "s3://studies/team", tmp_path / "trigger"
+    tag = session.ray_tag(study_dir)
+    driver = subprocess.Popen([sys.executable, "-c", KILLED_MID_PUSH, where, str(trigger), "study", str(config),
+                               "--search-space", str(space), "--dir", str(study_dir), "--storage", uri, "--quiet"],
+                              env=sptune_env(**s3), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True)
+    try:
+        wait_for_driver(study_dir)
+        (study_dir / "notes.txt").write_text("a file the researcher keeps beside the study, removed later")
+        pretraining = wait_for_midway(study_dir, driver, s3, f"{uri}/study")
+        assert "notes.txt" in stored_keys(s3, f"{uri}/study")
+        (study_dir / "notes.txt").unlink()  # the next push deletes it from the storage
+        trigger.touch()
+        assert driver.wait(timeout=60) == -signal.SIGKILL, driver.stdout.read()[-3000:]
+        session.stop_processes(session.ray_processes(tag))
+        kept = finished_trials(study_dir)
+        if where == "after_deletes":
+            assert "notes.txt" not in stored_keys(s3, f"{uri}/study")
+            assert "notes.txt" in (study_dir / storage.MANIFEST).read_text()  # the cut push never recorded it
+            resumed = study_dir
+        else:
+            shutil.rmtree(tmp_path / "head")
+            resumed = f"{uri}/study"
+        out = finished(sptune(s3, "resume", resumed, "--quiet"), study_dir=study_dir)
+        assert results.RULE in out
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+        session.stop_processes(session.ray_processes(tag))
+    assert_resumed_as_uninterrupted(study_dir, pretraining, kept, f"{uri}/study", s3, tmp_path, monkeypatch)
 
 
 # ----------------------------------------------------------------------------- the mirror itself
