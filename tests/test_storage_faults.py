@@ -4,7 +4,7 @@ A push cut at any point (the driver killed between its deletes and its manifest,
 the next; a storage that refuses requests (503, expired credentials) or is gone (stopped, then restarted on its
 port) only delays the mirror, from the uploader's thread, without an exception reaching the caller; one that
 fails past the give-up time stops the run cleanly with its cause; Tune's state rewritten in place while pushed
-never reaches the storage torn. The slow test runs a whole study through an outage.
+never reaches the storage torn. Whole studies through these faults: tests/test_study_storage.py.
 """
 
 import json
@@ -151,32 +151,6 @@ def test_a_storage_outage_delays_the_mirror_and_loses_nothing(tmp_path, s3, kind
     finally:
         assert uploader.close() == ""
     assert remote(uri) == local(folder)
-
-
-@pytest.mark.slow  # a minute: the storage refuses the credentials for 60 s while trials keep finishing
-def test_credentials_refused_for_a_minute_delay_the_mirror_and_lose_nothing(tmp_path, s3):
-    folder = study_folder(tmp_path)
-    uri = storage.attach(folder, "s3://studies/team")
-    uploader = mirroring.Uploader(storage.mirror_of(folder), period=1.0).start()  # the default give-up time
-    try:
-        s3.fail("credentials")
-        refused_at, index = time.monotonic(), 6
-        while time.monotonic() - refused_at < 60:  # a trial finishes every 5 s and asks for a push
-            (folder / "pretrain" / f"t{index}").mkdir()
-            (folder / "pretrain" / f"t{index}" / "result.json").write_text(json.dumps({"trial": index}))
-            with open(folder / "study.log", "a") as log_file:  # a growing file: stored in parts
-                log_file.write(f"trial {index} finished\n" * 100)
-            uploader.request()
-            index += 1
-            time.sleep(5)
-        assert uploader.status().startswith("storage failing for") and "ACCESS_DENIED" in uploader.error
-        assert not uploader.given_up
-        s3.fail(None)
-        uploader.request()  # the next finished trial: the storage takes the push again
-        wait_for(lambda: uploader.status() == "")
-    finally:
-        assert uploader.close() == ""
-    assert local(storage.pull(uri, tmp_path / "pulled")) == local(folder)
 
 
 def test_a_storage_failing_past_the_give_up_time_stops_the_run_with_its_cause(tmp_path, s3, capsys):

@@ -135,21 +135,26 @@ def wait_for_driver(study_dir, timeout=120):
         time.sleep(0.1)
 
 
-def assert_resumed_as_uninterrupted(study_dir, pretraining, kept, uri, s3, tmp_path, monkeypatch):
-    """A study resumed after a lost driver: every stage ends with a completed trial; the trials finished before
-    the loss are kept byte for byte, not rerun; pretraining continued from the checkpoint it had reached (its
-    second attempt starts past step 0) to an uninterrupted run's numbers; and the storage holds the finished
-    study: pulled elsewhere, it is the study folder file for file."""
+def assert_finished_as_uninterrupted(study_dir, uri, s3, tmp_path, monkeypatch):
+    """Every stage of the study ended with a completed trial, pretraining with an uninterrupted run's numbers;
+    and the storage holds the finished study: pulled elsewhere, it is the study folder file for file."""
     rows = results.collect(study_dir)
     assert sorted(row["stage"] for row in rows) == ["finetune", "pretrain", "scratch"]
     assert all(row["status"] == "completed" for row in rows)
-    assert kept and {path: (study_dir / path).read_bytes() for path in kept} == kept
-    trial = files.read_json(study_dir / "pretrain" / pretraining / "trial.json")
-    assert [a["start_step"] > 0 for a in trial["attempts"]] == [False, True]
     assert_pretraining_uninterrupted(study_dir, rows, tmp_path / "plain")
     for key, value in s3.items():
         monkeypatch.setenv(key, value)
     assert mirrored_files(storage.pull(uri, tmp_path / "copy")) == mirrored_files(study_dir)
+
+
+def assert_resumed_as_uninterrupted(study_dir, pretraining, kept, uri, s3, tmp_path, monkeypatch):
+    """A study resumed after a lost driver, finished as above: the trials finished before the loss are kept byte
+    for byte, not rerun, and pretraining continued from the checkpoint it had reached (its second attempt
+    starts past step 0)."""
+    assert kept and {path: (study_dir / path).read_bytes() for path in kept} == kept
+    trial = files.read_json(study_dir / "pretrain" / pretraining / "trial.json")
+    assert [a["start_step"] > 0 for a in trial["attempts"]] == [False, True]
+    assert_finished_as_uninterrupted(study_dir, uri, s3, tmp_path, monkeypatch)
 
 
 def finished_trials(study_dir):
@@ -183,6 +188,38 @@ def test_a_study_resumed_from_s3_after_its_head_is_gone_keeps_its_trials_and_con
             os.killpg(driver.pid, signal.SIGKILL)
         session.stop_processes(session.ray_processes(tag))
     assert_resumed_as_uninterrupted(study_dir, pretraining, kept, f"{uri}/study", s3, tmp_path, monkeypatch)
+
+
+@pytest.mark.slow  # ~90 s: the storage refuses the credentials for a minute while a study runs
+def test_a_study_run_while_the_storage_refuses_its_credentials_for_a_minute_loses_nothing(
+        tmp_path, s3_server, s3, monkeypatch):
+    """The study goes on through the refusal, its pushes retried; it ends before the storage answers again, so
+    its driver stops with the storage behind (exit 75, the cause and the resume command); the resume, once the
+    credentials work again, pushes what the storage missed."""
+    config, space = study_files(tmp_path)
+    study_dir, uri = tmp_path / "study", "s3://studies/team"
+    tag = session.ray_tag(study_dir)
+    driver = sptune(s3, "study", config, "--search-space", space, "--dir", study_dir, "--storage", uri, "--quiet")
+    try:
+        wait_for_driver(study_dir)
+        s3_server.fail("credentials")
+        refused_at = time.monotonic()
+        while driver.poll() is None or time.monotonic() - refused_at < 60:
+            time.sleep(0.5)
+        out = driver.stdout.read()
+        s3_server.fail(None)
+        assert driver.returncode == 75, out[-3000:]
+        assert f"stopped: the last push to {uri}/study failed (" in out and f"sptune resume {study_dir}" in out
+        log = (study_dir / files.STUDY_LOG).read_text()
+        assert "retrying in" in log and "ACCESS_DENIED" in log, log[-3000:]
+        assert not any(key.endswith("/result.json") for key in stored_keys(s3, f"{uri}/study"))  # all missed
+        finished(sptune(s3, "resume", study_dir, "--quiet"), study_dir=study_dir)
+    finally:
+        s3_server.fail(None)
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+        session.stop_processes(session.ray_processes(tag))
+    assert_finished_as_uninterrupted(study_dir, f"{uri}/study", s3, tmp_path, monkeypatch)
 
 
 # A driver that loses itself (SIGKILL to its process group: driver, Ray and trials at once) inside the first
