@@ -22,6 +22,7 @@ from sptune.config import STAGES
 from sptune.errors import UserError
 
 if TYPE_CHECKING:
+    from sptune.records.study_state import StudyState
     from sptune.search.options import Options
 
 OUTPUTS = ("progress", "verbose", "quiet")
@@ -56,6 +57,7 @@ def run_study(config: str | Path, overrides: Sequence[str] = (), dir: str | Path
         durable.filesystem(storage)  # a bad URI or missing credentials fail before anything is made
     study_dir = Path(dir) if dir else default_dir(config, options.smoke, bool(seeds))
     space = str(search_space) if search_space else None
+    state = None  # a study's, as created: its driver runs it without reading back what was just written
     if seeds:
         spec = seed_cells.create(str(config), list(overrides), study_dir, list(seeds), space, options)
         header = [f"multi-seed study {study_dir.resolve()}: seeds {' '.join(map(str, spec['seeds']))}, "
@@ -67,7 +69,7 @@ def run_study(config: str | Path, overrides: Sequence[str] = (), dir: str | Path
                   studies.describe_path(state.options), *task_lines(state.stages["scratch"]["task"])]
     if storage is not None:
         header.append(f"mirrored to {durable.attach(study_dir.resolve(), storage)}")
-    return _run(study_dir.resolve(), address, output, header, time_budget_s=options.time_budget_s)
+    return _run(study_dir.resolve(), address, output, header, time_budget_s=options.time_budget_s, state=state)
 
 
 def task_lines(task: dict[str, Any]) -> list[str]:
@@ -91,12 +93,12 @@ def resume_study(study_dir: str | Path, *, address: str | None = None, output: s
     if kind == layout.EXPERIMENT:
         raise UserError(f"{study_dir} is an experiment: run its experiments/*.py script again with the same flags "
                         f"to continue it")
-    done = []
+    done, state = [], None
     if kind == layout.STUDY:
-        state = study_state.load(study_dir)
+        state = study_state.load(study_dir)  # this start's one read of study.json, handed to its driver
         done = [p for p in state.stage_status if state.stage_done(p)]
     return _run(study_dir, address, output, [f"resuming {study_dir}" + (f" (done: {', '.join(done)})" if done
-                                                                         else "")], retry_failed, time_budget_s)
+                                                                         else "")], retry_failed, time_budget_s, state)
 
 
 def evaluate(model: str, task: str, baselines: Sequence[str] | None = None, seeds: Sequence[int] | None = None,
@@ -131,8 +133,9 @@ def _check_output(output: str) -> None:
 
 
 def _run(results_dir: Path, address: str | None, mode: str, header: list[str], retry_failed: bool = False,
-         time_budget_s: float | None = None) -> Path:
-    """Run a study or a multi-seed study (its kind from the folder), then print its report."""
+         time_budget_s: float | None = None, state: "StudyState | None" = None) -> Path:
+    """Run a study or a multi-seed study (its kind from the folder), then print its report. `state`: a study's
+    state where the caller holds it (just created, or read to resume)."""
     from sptune import output
     from sptune.experiment.engine import driver, mirroring
     from sptune.records import layout
@@ -150,7 +153,7 @@ def _run(results_dir: Path, address: str | None, mode: str, header: list[str], r
             driver.run_seeds(results_dir, address=address, verbose=1, time_budget_s=time_budget_s)
         else:
             rows = driver.run_study(results_dir, address=address, verbose=1, retry_failed=retry_failed,
-                                    time_budget_s=time_budget_s)
+                                    time_budget_s=time_budget_s, state=state)
         written = writer.write(results_dir, rows=rows)
         console.line()
         console.line(written.text)

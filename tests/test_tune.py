@@ -137,12 +137,12 @@ def test_asha_counts_the_budget_fraction():
 def test_study_direct_path_end_to_end(tmp_path, ray_instance):
     state = new_study(tmp_path, stages={"pretrain": {"params": {"optim.lr": [1e-3, 3e-3], "optim.batch_size": [8]}}})
     assert state.options.path == "direct"
-    study_json = os.path.realpath(Path(state.dir) / files.STUDY)
     with OpenWatch([state.dir]) as watch, own_opens() as own:
-        rows = driver.run_study(state.dir, verbose=0)
-    # The config's route: the driver reads study.json once for this start (then writes it as the stages end,
-    # each write a new file), and no trial's process opens it: each trial got its spec from the engine.
-    assert own.counts(writes=False) == {study_json: 1} and other_opens(watch, own) == {}
+        rows = driver.run_study(state.dir, verbose=0, state=state)
+    # The config's route: the driver of a study just created runs the state create made and never reads
+    # study.json (it writes it as the stages end, each write a new file), and no trial's process opens it:
+    # each trial got its spec from the engine.
+    assert own.counts(writes=False) == {} and other_opens(watch, own) == {}
     assert [r["stage"] for r in rows] == ["pretrain", "pretrain", "finetune", "scratch"]
     assert all(r["status"] == "completed" and r["path"] == "direct" and r["attempts"] == 1 for r in rows)
     assert len({r["optim.lr"] for r in rows if r["stage"] == "pretrain"}) == 2  # no point twice

@@ -428,7 +428,7 @@ def _trial_name(trial: Any) -> str:
 # ----------------------------------------------------------------------------- a study, a multi-seed study
 def run_study(study_dir: str | Path, address: str | None = None, verbose: int = 1,
               trainable: Callable[..., None] = stage_trainable, retry_failed: bool = False,
-              time_budget_s: float | None = None) -> list[dict[str, Any]]:
+              time_budget_s: float | None = None, state: StudyState | None = None) -> list[dict[str, Any]]:
     """Run (or continue) every stage of a study, as the engine's one cell; returns the results rows (also
     in results.csv).
 
@@ -437,10 +437,11 @@ def run_study(study_dir: str | Path, address: str | None = None, verbose: int = 
     `retry_failed` also reruns, from their last checkpoint, the crashed trials of finished stages (a
     finished stage keeps its selection: finetuning still starts from the trial chosen before).
     `trainable` is the Tune function of each trial (stage_trainable; a test may wrap it); `verbose` is
-    Tune's own verbosity (its tables go wherever stdout goes: see sptune.api and sptune.output).
+    Tune's own verbosity (its tables go wherever stdout goes: see sptune.api and sptune.output). `state`: the
+    study's state where the caller holds it (sptune.api: just created, or read to resume), else read here.
     """
     study_dir = Path(study_dir).resolve()
-    state = study_state.load(study_dir)  # the one read of study.json of this start
+    state = state or study_state.load(study_dir)  # study.json read once a start
     log.info("%s", studies.describe_path(state.options))
     with ray_session(study_dir, address):
         crashed = retry_failed and any(studies.crashed_trials(study_dir, stage) for stage in STAGES)
