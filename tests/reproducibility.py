@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sptune import files
-from sptune.records import studies, study_state
+from sptune.experiment.engine import domain
+from sptune.records import study_state
 from sptune.trials import trainable
 
 FLOOR_MULTIPLE = 4  # gaps of independent reorderings vary by a small factor from one pair of runs to another
@@ -46,7 +47,7 @@ def assert_pretraining_uninterrupted(study_dir: Path, rows: list[dict[str, Any]]
     """Each pretraining trial of a finished study in `rows` (results.collect's) gives the numbers of an
     uninterrupted run of its config, trained here by a plain run_stage: every evaluation, the test metric, the
     best step and the steps trained."""
-    spec = studies.trial_spec(study_dir, study_state.load(study_dir), "pretrain")
+    spec = domain.trial_spec(study_dir, study_state.load(study_dir), "pretrain")
     for row in (r for r in rows if r["stage"] == "pretrain"):
         run_dir = Path(row["run_dir"])
         params = files.read_json(run_dir / files.TRIAL)["params"]

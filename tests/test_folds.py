@@ -9,6 +9,7 @@ from test_bracketing import low_grid_study
 from sptune import folds, protocol
 from sptune.config import load as load_config
 from sptune.errors import UserError
+from sptune.experiment.engine import domain
 from sptune.records import studies
 from sptune.search import boundary, bracketing, spaces
 from sptune.tasks.base import Split
@@ -73,8 +74,8 @@ def test_a_study_with_folds_searches_every_setting_on_every_fold_without_asha():
     for stage in folds.FOLDED_STAGES:
         assert state.stages[stage]["task"]["val_folds"] == 3
         assert state.space["stages"][stage]["params"][folds.FOLD_KEY] == [0, 1, 2]
-        grid = spaces.grid_points(studies.stage_space(state, stage))
-        assert studies.stage_trials(state, stage) == len(grid) == 3 * len(
+        grid = spaces.grid_points(domain.stage_space(state, stage))
+        assert domain.stage_trials(state, stage) == len(grid) == 3 * len(
             state.space["stages"][stage]["params"]["optim.lr"])
     assert folds.FOLD_KEY not in state.space["stages"]["pretrain"]["params"]
     assert state.stages["pretrain"]["task"]["val_folds"] == 0

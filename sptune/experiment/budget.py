@@ -156,14 +156,14 @@ def study_budget(state: StudyState, cell: str = "", stages: tuple[str, ...] = ST
     """The stages of a resolved study (studies.resolve's state), each summed over its trials. A stage's
     config is what its trials get (trainable.trial_config: one torch thread per reserved CPU), so this
     node's timing runs with the trials' threads."""
-    from sptune.records import studies
+    from sptune.experiment.engine import domain
     from sptune.trials.trainable import trial_config
 
     return [dataclasses.replace(
-                stage_budget(trial_config(studies.trial_spec(Path(), state, stage), {}).to_dict(), stage,
-                             studies.stage_trials(state, stage),
-                             shape_points(studies.stage_space(state, stage).params), cell),
-                extra_trials=studies.stage_extra_trials(state, stage), trials_per_gpu=state.options.trials_per_gpu)
+                stage_budget(trial_config(domain.trial_spec(Path(), state, stage), {}).to_dict(), stage,
+                             domain.stage_trials(state, stage),
+                             shape_points(domain.stage_space(state, stage).params), cell),
+                extra_trials=domain.stage_extra_trials(state, stage), trials_per_gpu=state.options.trials_per_gpu)
             for stage in stages]
 
 

@@ -28,9 +28,8 @@ trial worker asks for (sptune.trials.resources): otherwise no trial could ever s
 
 from __future__ import annotations
 
-import copy
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +40,10 @@ from sptune.errors import UserError
 from sptune.records import layout, results, study_state
 from sptune.records.study_state import Selection, StudyState
 from sptune.registry import check_names
-from sptune.search import bracketing, spaces
+from sptune.search import spaces
 from sptune.search.options import Options, Resolved
 from sptune.trackers import loggers
-from sptune.trials.trainable import PATHS, TrialSpec, choose_path, trial_resources
+from sptune.trials.trainable import PATHS, choose_path
 
 log = logging.getLogger("sptune.engine")
 
@@ -199,42 +198,6 @@ def describe_path(options: Resolved) -> str:
             f"({options.cpus_per_worker:g} CPU{gpus}), DDP with {'nccl' if gpus else 'gloo'}")
 
 
-# ----------------------------------------------------------------------------- what the engine reads
-@dataclass(frozen=True)
-class CellBounds:
-    """What the engine's Tune run needs of a cell before it starts, read once from its study.json: plain
-    numbers, so the engine sizes the run without handling the cell's configs."""
-
-    resources: dict[str, float]  # one trial's request (every stage of a cell asks the same)
-    trials: int  # the most trials its unfinished stages may run, grid extensions included
-    concurrency: int  # the most of them at once (each unfinished stage at max_concurrent)
-    max_failures: int
-
-
-def cell_bounds(state: StudyState) -> CellBounds:
-    options = state.options
-    todo = [stage for stage in STAGES if stage not in state.stage_status]
-    trials = sum(stage_trials(state, stage) + stage_extra_trials(state, stage) for stage in todo)
-    return CellBounds(resources=trial_resources(options.path, options.cpus_per_worker, options.gpus_per_worker),
-                      trials=trials, concurrency=options.max_concurrent * len(todo),
-                      max_failures=options.max_failures)
-
-
-def stage_space(state: StudyState, stage: str) -> spaces.StageSpace:
-    """The stage's grid as study.json keeps it, parsed."""
-    return spaces.parse({"stages": {stage: state.space["stages"][stage]}}).stages[stage]
-
-
-def stage_trials(state: StudyState, stage: str) -> int:
-    """How many trials the stage's search runs (its grid's size, capped by num_samples)."""
-    return spaces.trial_count(stage_space(state, stage), state.options.num_samples)
-
-
-def stage_extra_trials(state: StudyState, stage: str) -> int:
-    """The most trials the stage's grid extensions may add (sptune.search.bracketing)."""
-    return bracketing.max_extra_trials(state.space["stages"][stage]["params"], state.options.extend_grids)
-
-
 def crashed_trials(study_dir: Path, stage: str) -> list[Path]:
     """Run directories of the stage's trials that crashed after their last retry (error.json)."""
     stage_dir = study_dir / stage
@@ -254,18 +217,3 @@ def select_pretraining(study_dir: Path, state: StudyState) -> Selection | None:
             best_val_loss=best.get("best_val_loss"), selected_by=how,
             checkpoint=str(protocol.init_checkpoint(best["run_dir"]))))
     return state.selected
-
-
-def stage_parts(study_dir: Path, state: StudyState) -> dict[str, tuple[TrialSpec, spaces.StageSpace, int]]:
-    """Each stage's trial spec, grid and trial count (the engine's Stage, sptune.experiment.engine.domain)."""
-    return {stage: (trial_spec(study_dir, state, stage), stage_space(state, stage), stage_trials(state, stage))
-            for stage in STAGES}
-
-
-def trial_spec(study_dir: Path, state: StudyState, stage: str) -> TrialSpec:
-    options, stage_space = state.options, state.space["stages"][stage]
-    return TrialSpec(stage=stage, base=copy.deepcopy(state.stages[stage]), study_dir=str(study_dir),
-                     path=options.path, workers=options.workers, cpus_per_worker=options.cpus_per_worker,
-                     gpus_per_worker=options.gpus_per_worker, max_failures=options.max_failures,
-                     init=state.selected.to_dict() if stage == "finetune" and state.selected else None,
-                     hparam_domains={k: v for k, v in stage_space["params"].items() if isinstance(v, list)})

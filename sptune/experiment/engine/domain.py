@@ -15,16 +15,18 @@ GroupScheduler, GroupCallbacks), which a restore brings back without them.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sptune.records import studies, study_state
+from sptune.config import STAGES
+from sptune.records import study_state
 from sptune.records.study_state import StudyState
-from sptune.search import spaces
+from sptune.search import bracketing, spaces
 from sptune.trials import resources
-from sptune.trials.trainable import TrialSpec
+from sptune.trials.trainable import TrialSpec, trial_resources
 
 log = logging.getLogger("sptune.engine")
 
@@ -47,13 +49,14 @@ class Cell:
     key: str  # the cell's name in its experiment (a study: its directory's name)
     dir: Path  # its study directory, as the engine names it in every trial's lineage
     state: StudyState  # study.json as this driver start read or made it, kept current by the searcher
-    bounds: studies.CellBounds = field(init=False)  # its resources and trial counts at this start
+    bounds: "CellBounds" = field(init=False)  # its resources and trial counts at this start
     stages: dict[str, Stage] = field(init=False)
 
     def __post_init__(self) -> None:
         fit_packing(self.dir, self.state)
-        self.bounds = studies.cell_bounds(self.state)
-        self.stages = {name: Stage(name, *parts) for name, parts in studies.stage_parts(self.dir, self.state).items()}
+        self.bounds = cell_bounds(self.state)
+        self.stages = {name: Stage(name, trial_spec(self.dir, self.state, name), stage_space(self.state, name),
+                                   stage_trials(self.state, name)) for name in STAGES}
 
 
 @dataclass
@@ -122,3 +125,49 @@ def cell_at(study_dir: str | Path) -> Cell:
     if key not in _open:
         open_cells({Path(study_dir).name: Path(study_dir)}, {})
     return _open[key]
+
+
+# ----------------------------------------------------------------------------- what a cell's state gives the engine
+@dataclass(frozen=True)
+class CellBounds:
+    """What the engine's Tune run needs of a cell before it starts, read once from its study.json: plain
+    numbers, so the engine sizes the run without handling the cell's configs."""
+
+    resources: dict[str, float]  # one trial's request (every stage of a cell asks the same)
+    trials: int  # the most trials its unfinished stages may run, grid extensions included
+    concurrency: int  # the most of them at once (each unfinished stage at max_concurrent)
+    max_failures: int
+
+
+def cell_bounds(state: StudyState) -> CellBounds:
+    options = state.options
+    todo = [stage for stage in STAGES if stage not in state.stage_status]
+    trials = sum(stage_trials(state, stage) + stage_extra_trials(state, stage) for stage in todo)
+    return CellBounds(resources=trial_resources(options.path, options.cpus_per_worker, options.gpus_per_worker),
+                      trials=trials, concurrency=options.max_concurrent * len(todo),
+                      max_failures=options.max_failures)
+
+
+def stage_space(state: StudyState, stage: str) -> spaces.StageSpace:
+    """The stage's grid as study.json keeps it, parsed."""
+    return spaces.parse({"stages": {stage: state.space["stages"][stage]}}).stages[stage]
+
+
+def stage_trials(state: StudyState, stage: str) -> int:
+    """How many trials the stage's search runs (its grid's size, capped by num_samples)."""
+    return spaces.trial_count(stage_space(state, stage), state.options.num_samples)
+
+
+def stage_extra_trials(state: StudyState, stage: str) -> int:
+    """The most trials the stage's grid extensions may add (sptune.search.bracketing)."""
+    return bracketing.max_extra_trials(state.space["stages"][stage]["params"], state.options.extend_grids)
+
+
+def trial_spec(study_dir: Path, state: StudyState, stage: str) -> TrialSpec:
+    """What every trial of the stage runs besides its searched params (sptune.trials.entry hands it over)."""
+    options, grid = state.options, state.space["stages"][stage]
+    return TrialSpec(stage=stage, base=copy.deepcopy(state.stages[stage]), study_dir=str(study_dir),
+                     path=options.path, workers=options.workers, cpus_per_worker=options.cpus_per_worker,
+                     gpus_per_worker=options.gpus_per_worker, max_failures=options.max_failures,
+                     init=state.selected.to_dict() if stage == "finetune" and state.selected else None,
+                     hparam_domains={k: v for k, v in grid["params"].items() if isinstance(v, list)})

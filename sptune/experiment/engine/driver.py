@@ -13,7 +13,7 @@ process, in its main thread: several Tuners at once are not supported by Ray (Tu
 
 The experiment lives in memory (sptune.experiment.engine.domain: Experiment, Cell, Stage): each study.json is
 read once per start, and written when a stage ends or a selection is made, for a resume and the reports. Each
-trial runs as its cell's study runs it: its spec (studies.trial_spec) reaches it through tune.with_parameters
+trial runs as its cell's study runs it: its spec (domain.trial_spec) reaches it through tune.with_parameters
 (sptune.trials.entry), so every cell directory is a study directory: study.json with its stage states and selection,
 <stage>/<trial run dir>/, results via sptune.records.results.collect. A stage is marked done when its
 last trial ended and ASHA's stopped trials got their test metric in a Ray task on a trial node
@@ -209,7 +209,7 @@ class CellsSearcher(Searcher):
         points = bracketing.extend(study_dir, state, stage, self.group_of.keys())
         if not points:
             return False
-        space = studies.stage_space(state, stage)
+        space = domain.stage_space(state, stage)
         rounds = len(state.extensions.get(stage, ()))
         self.subs[group] = search.limit(
             search.make_searcher(dataclasses.replace(space, points=points), state.options.sampler, state.options.seed,
