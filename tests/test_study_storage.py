@@ -68,8 +68,9 @@ def outage(server, seconds=2.0):
     server.fail(None)
 
 
-def sptune(env, *args):
-    return subprocess.Popen([sys.executable, "-m", "sptune.cli", *map(str, args)], env=sptune_env(**env),
+def sptune(env, *args, entry=("-m", "sptune.cli")):
+    """`sptune <args>` in its own process group (`entry`: how Python starts the command line)."""
+    return subprocess.Popen([sys.executable, *entry, *map(str, args)], env=sptune_env(**env),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
@@ -94,10 +95,10 @@ def s3_client(env):
                         aws_secret_access_key="test", region_name="us-east-1")
 
 
-def stored_keys(env, uri):
+def stored_keys(client, uri):
     """The keys under `uri`, relative to it, as the storage lists them now."""
     bucket, prefix = uri[len("s3://"):].split("/", 1)
-    pages = s3_client(env).get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
     return {item["Key"][len(prefix) + 1:] for page in pages for item in page.get("Contents", [])}
 
 
@@ -105,16 +106,16 @@ def wait_for_midway(study_dir, proc, env, uri, timeout=300):
     """Until the storage holds a finished scratch trial and a pretraining checkpoint past step 20 whose
     trial has no result yet; returns the pretraining run's name."""
     bucket, prefix = uri[len("s3://"):].split("/", 1)
-    deadline = time.monotonic() + timeout
+    client, deadline = s3_client(env), time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.stdout.read()[-3000:]
-        stored = stored_keys(env, uri)
+        stored = stored_keys(client, uri)
         scratch_done = any(key.startswith("scratch/") and key.endswith("/result.json") for key in stored)
         for key in stored:
             stage, name, leaf = (key.split("/") + ["", ""])[:3]
             unfinished = f"pretrain/{name}/result.json" not in stored
             if (stage, leaf) == ("pretrain", files.PROGRESS) and scratch_done and unfinished:
-                progress = json.loads(s3_client(env).get_object(Bucket=bucket, Key=f"{prefix}/{key}")["Body"].read())
+                progress = json.loads(client.get_object(Bucket=bucket, Key=f"{prefix}/{key}")["Body"].read())
                 if progress["step"] >= 20:
                     return name
         time.sleep(0.2)
@@ -212,7 +213,7 @@ def test_a_study_run_while_the_storage_refuses_its_credentials_for_a_minute_lose
         assert f"stopped: the last push to {uri}/study failed (" in out and f"sptune resume {study_dir}" in out
         log = (study_dir / files.STUDY_LOG).read_text()
         assert "retrying in" in log and "ACCESS_DENIED" in log, log[-3000:]
-        assert not any(key.endswith("/result.json") for key in stored_keys(s3, f"{uri}/study"))  # all missed
+        assert not any(key.endswith("/result.json") for key in stored_keys(s3_client(s3), f"{uri}/study"))  # all missed
         finished(sptune(s3, "resume", study_dir, "--quiet"), study_dir=study_dir)
     finally:
         s3_server.fail(None)
@@ -257,15 +258,6 @@ sys.exit(main(sys.argv[3:]))
 """
 
 
-def recorded_stamps(study_dir):
-    """What the mirror's manifest says the storage holds: its log replayed, the last line of each file winning."""
-    stamps = {}
-    for line in (study_dir / storage.MANIFEST).read_text().splitlines():
-        relative, stamp = json.loads(line)
-        stamps[relative] = stamp
-    return stamps
-
-
 @pytest.mark.slow  # ~50 s: a study whose driver is killed inside a push, resumed
 @pytest.mark.parametrize("where", ["after_deletes", "tune_state_half_uploaded"])
 def test_a_study_whose_driver_is_killed_mid_push_resumes_to_an_uninterrupted_runs_numbers(
@@ -277,23 +269,21 @@ def test_a_study_whose_driver_is_killed_mid_push_resumes_to_an_uninterrupted_run
     config, space = study_files(tmp_path)
     study_dir, uri, trigger = tmp_path / "head" / "study", "s3://studies/team", tmp_path / "trigger"
     tag = session.ray_tag(study_dir)
-    driver = subprocess.Popen([sys.executable, "-c", KILLED_MID_PUSH, where, str(trigger), "study", str(config),
-                               "--search-space", str(space), "--dir", str(study_dir), "--storage", uri, "--quiet"],
-                              env=sptune_env(**s3), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              start_new_session=True)
+    driver = sptune(s3, "study", config, "--search-space", space, "--dir", study_dir, "--storage", uri, "--quiet",
+                    entry=("-c", KILLED_MID_PUSH, where, str(trigger)))
     try:
         wait_for_driver(study_dir)
         (study_dir / "notes.txt").write_text("a file the researcher keeps beside the study, removed later")
         pretraining = wait_for_midway(study_dir, driver, s3, f"{uri}/study")
-        assert "notes.txt" in stored_keys(s3, f"{uri}/study")
+        assert "notes.txt" in stored_keys(s3_client(s3), f"{uri}/study")
         (study_dir / "notes.txt").unlink()  # the next push deletes it from the storage
         trigger.touch()
         assert driver.wait(timeout=60) == -signal.SIGKILL, driver.stdout.read()[-3000:]
         session.stop_processes(session.ray_processes(tag))
         kept = finished_trials(study_dir)
         if where == "after_deletes":
-            assert "notes.txt" not in stored_keys(s3, f"{uri}/study")
-            assert recorded_stamps(study_dir).get("notes.txt") is not None  # the cut push never recorded the delete
+            assert "notes.txt" not in stored_keys(s3_client(s3), f"{uri}/study")
+            assert "notes.txt" in storage.mirror_of(study_dir)._manifest()  # the cut push never recorded the delete
             resumed = study_dir
         else:
             shutil.rmtree(tmp_path / "head")

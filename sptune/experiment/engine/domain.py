@@ -49,7 +49,7 @@ class Cell:
     key: str  # the cell's name in its experiment (a study: its directory's name)
     dir: Path  # its study directory, as the engine names it in every trial's lineage
     state: StudyState  # study.json as this driver start read or made it, kept current by the searcher
-    bounds: "CellBounds" = field(init=False)  # its resources and trial counts at this start
+    bounds: CellBounds = field(init=False)  # its resources and trial counts at this start
     stages: dict[str, Stage] = field(init=False)
 
     def __post_init__(self) -> None:
