@@ -269,10 +269,18 @@ def load(path: str | os.PathLike | None = None, overrides: list[str] | None = No
     return for_stage(*read_sections(path), overrides, stage)
 
 
-def load_stages(path: str | os.PathLike | None, overrides: list[str]) -> dict[str, Config]:
+class StageConfigs(dict[str, Config]):
+    """A study's config: each of STAGES to its own Config, from one file (load_stages)."""
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """Each stage's config as Config.to_dict gives it: what study.json stores."""
+        return {stage: cfg.to_dict() for stage, cfg in self.items()}
+
+
+def load_stages(path: str | os.PathLike | None, overrides: list[str]) -> StageConfigs:
     """Every stage's config (load's, for each of STAGES), the file read once."""
     data, stages = read_sections(path)
-    return {stage: for_stage(data, stages, overrides, stage) for stage in STAGES}
+    return StageConfigs({stage: for_stage(data, stages, overrides, stage) for stage in STAGES})
 
 
 def read_sections(path: str | os.PathLike | None) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -10,7 +10,7 @@ pretraining worthless, silently. Each breach is one UserError naming the contrac
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 from torch import nn

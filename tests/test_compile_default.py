@@ -32,7 +32,8 @@ def test_run_compile_reads_auto_true_or_false(value, parsed):
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_the_default_never_changes_a_runs_fingerprint(device):
     def digest(*overrides):
-        return fingerprint.of(config.load(None, [f"run.device={device}", *overrides]), "scratch").digest
+        cfg = config.resolve_compile(config.load(None, [f"run.device={device}", *overrides]))  # as runs.resolve does
+        return fingerprint.of(cfg, "scratch").digest
 
     assert digest() == digest("run.compile=auto") == digest("run.compile=false") == digest("run.compile=true")
     dropout = digest("model.dropout=0.1")

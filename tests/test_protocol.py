@@ -1,7 +1,24 @@
 """The protocol as single runs (train.run_protocol): `sptune compare` and the experiments' plain backend."""
 
+import pytest
+
 from sptune import atomic, files
 from sptune.run import train
+
+
+@pytest.fixture(autouse=True)
+def checked(monkeypatch):
+    """The stages' order is under test, not their configs (stand-ins): the configs run_protocol checks."""
+    seen = []
+    monkeypatch.setattr(train, "check_names", lambda cfg: seen.append(cfg))
+    return seen
+
+
+def test_each_stage_config_is_checked_before_it_runs(monkeypatch, checked):
+    calls = []
+    monkeypatch.setattr(train, "run_stage", fake_stage(calls, {}))
+    train.run_protocol(lambda stage: f"cfg-{stage}")
+    assert checked == ["cfg-pretrain", "cfg-finetune", "cfg-scratch"]
 
 
 def fake_stage(calls, statuses):

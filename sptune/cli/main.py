@@ -24,11 +24,10 @@ from sptune.experiment.engine import interrupts
 
 
 def _config(args: argparse.Namespace, stage: str):
-    from sptune import config, registry
+    """The stage's config from the command line (sptune.run.train's entry points check its names)."""
+    from sptune import config
 
-    cfg = config.load(args.config, args.overrides, stage=stage)
-    registry.check_names(cfg)
-    return cfg
+    return config.load(args.config, args.overrides, stage=stage)
 
 
 def _print_result(result: dict[str, Any]) -> None:

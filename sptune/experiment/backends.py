@@ -35,6 +35,7 @@ from typing import Any, Callable
 from sptune import atomic, files, output
 from sptune.config import STAGES, load as load_config
 from sptune.errors import UserError
+from sptune.experiment.engine import domain
 from sptune.experiment.engine.session import ray_session
 from sptune.experiment.plan import BACKENDS, Cell, Plan, plain_point, repo_space, save_plan, study_space
 from sptune.records import results, study_state
@@ -144,7 +145,7 @@ def _report_cell(cell: Cell, cell_dir: Path | None, state: Any,
                  on_cell: Callable[[Cell, str, float], None] | None) -> bool:
     """The cells share one Tune run and all end with it, so a cell's own cost is its trials' device-seconds
     (its wall time would be the whole run's). `state`: the cell's study state the engine kept current."""
-    done = cell_dir is not None and study_state.cell_finished(state)
+    done = cell_dir is not None and domain.cell_finished(state)
     if done:
         (cell_dir / files.CELL_ERROR).unlink(missing_ok=True)
     if on_cell is not None:
@@ -255,7 +256,7 @@ def run_experiment(experiment_dir: str | Path, plan: Plan, options: Options | No
         return run_cells_plain(experiment_dir, todo, options, address, on_cell) if todo else []
     # Each cell's study.json read once for this start; the engine keeps these states current.
     states = {c.key: study_state.read(experiment_dir / files.CELLS / c.key) for c in plan.cells}
-    todo = [c for c in plan.cells if states[c.key] is None or not study_state.cell_finished(states[c.key])]
+    todo = [c for c in plan.cells if states[c.key] is None or not domain.cell_finished(states[c.key])]
     on_start(len(plan.cells) - len(todo))
     return run_cells_tune(experiment_dir, todo, options, address, on_cell, trainable, states) if todo else []
 

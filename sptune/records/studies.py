@@ -79,7 +79,7 @@ def resolve(config_path: str | None, overrides: list[str], space_path: str | Non
     overrides = (SMOKE_OVERRIDES if options.smoke else []) + list(overrides)
     loaded = load_stages(config_path, overrides)
     check_names(*loaded.values())  # (a files task's path made absolute: the trials run in other directories)
-    stages = {stage: cfg.to_dict() for stage, cfg in loaded.items()}
+    stages = loaded.to_dict()
     task, model = stages["scratch"]["task"]["name"], stages["scratch"]["model"]["name"]
     if space is None:
         space = spaces.load(space_path) if space_path else default_space(stages["scratch"])

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from sptune import atomic, files, selection
-from sptune.config import STAGES
 from sptune.errors import UserError
 from sptune.search.options import Resolved
 
@@ -118,7 +117,3 @@ def set_selected(study_dir: str | Path, state: StudyState, selected: Selection) 
 def stage_finished(status: Any) -> bool:
     return str(status) == DONE or str(status).startswith("skipped")
 
-
-def cell_finished(state: StudyState) -> bool:
-    """Every stage of the cell's study is done or skipped."""
-    return all(stage_finished(state.stage_status.get(stage)) for stage in STAGES)

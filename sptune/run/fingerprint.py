@@ -64,7 +64,8 @@ class Fingerprint:
 
 
 def of(cfg: Config, stage: str, init_dir: Path | None = None) -> Fingerprint:
-    """The fingerprint of a resolved config run as `stage` (from the pretraining run `init_dir`)."""
+    """The fingerprint of a config resolved as runs.resolve resolves it (run.compile decided) run as `stage`
+    (from the pretraining run `init_dir`)."""
     fields: dict[str, Any] = {"stage": stage, **config_fields(cfg)}
     if init_dir is not None:
         fields["init.run_dir"] = str(Path(init_dir).resolve())
@@ -73,7 +74,7 @@ def of(cfg: Config, stage: str, init_dir: Path | None = None) -> Fingerprint:
 
 
 def config_fields(cfg: Config) -> dict[str, Any]:
-    flat = {f"{section}.{name}": value for section, values in resolve_compile(cfg).to_dict().items()
+    flat = {f"{section}.{name}": value for section, values in cfg.to_dict().items()
             for name, value in values.items()}
     changes_numbers = {"optim.accumulate": cfg.model.dropout > 0 or cfg.model.norm == "batch",
                        "run.compile": cfg.model.dropout > 0}
@@ -105,7 +106,7 @@ def recorded(run_dir: Path) -> Fingerprint | None:
     if (run_dir / files.FINGERPRINT).is_file():
         return Fingerprint(files.read_json(run_dir / files.FINGERPRINT)["fields"])
     if (run_dir / files.CONFIG).is_file():
-        return Fingerprint(config_fields(load_config(run_dir / files.CONFIG)))
+        return Fingerprint(config_fields(resolve_compile(load_config(run_dir / files.CONFIG))))
     return None
 
 

@@ -58,16 +58,21 @@ OnEval = Callable[[dict[str, Any], Path], None]
 
 
 # ----------------------------------------------------------------------------- public entry points
+# A config enters here from its caller, so its names are checked here (registry.check_names); run_stage runs
+# configs already checked where they were loaded (these entry points, a study's creation for its trials).
 def pretrain(cfg: Config, on_eval: OnEval | None = None, restart: bool = False) -> dict[str, Any]:
+    check_names(cfg)
     return run_stage(cfg, "pretrain", on_eval=on_eval, restart=restart)
 
 
 def finetune(cfg: Config, from_run: str | Path, on_eval: OnEval | None = None,
              restart: bool = False) -> dict[str, Any]:
+    check_names(cfg)
     return run_stage(cfg, "finetune", init_from=Path(from_run), on_eval=on_eval, restart=restart)
 
 
 def scratch(cfg: Config, on_eval: OnEval | None = None, restart: bool = False) -> dict[str, Any]:
+    check_names(cfg)
     return run_stage(cfg, "scratch", on_eval=on_eval, restart=restart)
 
 
@@ -92,7 +97,9 @@ def run_protocol(config_of: Callable[[str], Config], stages: Sequence[str] = STA
             if not protocol.completed(results.get(before)):
                 continue  # nothing to start from; the caller shows the SPT arm as failed, with pretraining's reason
             init_from = run_dir_of(before) or Path(results[before]["run_dir"])
-        results[stage] = run_stage(config_of(stage), stage, init_from=init_from, run_dir=run_dir, restart=restart)
+        cfg = config_of(stage)
+        check_names(cfg)
+        results[stage] = run_stage(cfg, stage, init_from=init_from, run_dir=run_dir, restart=restart)
     return results
 
 
@@ -180,7 +187,6 @@ class Run:
 
 def set_up(cfg: Config, stage: str, init_from: Path | None, run_dir: Path | None, restart: bool,
            train_device: torch.device | None) -> Run:
-    check_names(cfg)
     task = task_of(cfg.task)
     cfg, fp = identify(cfg, stage, init_from)
     run_dir = Path(run_dir) if run_dir else run_dir_of(cfg, stage, fp)

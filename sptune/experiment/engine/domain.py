@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sptune.config import STAGES
-from sptune.records import study_state
+from sptune.records import studies, study_state
 from sptune.records.study_state import StudyState
 from sptune.search import bracketing, spaces
 from sptune.trials import resources
@@ -100,6 +100,19 @@ def fit_packing(study_dir: Path, state: StudyState) -> None:
                  options.trials_per_gpu, cpus, options.cpus_per_worker)
         state.options = dataclasses.replace(options, cpus_per_worker=cpus)
         study_state.save(study_dir, state)
+
+
+def cell_finished(state: StudyState) -> bool:
+    """Every stage of the cell's study is done or skipped."""
+    return all(study_state.stage_finished(state.stage_status.get(stage)) for stage in STAGES)
+
+
+def continued(study_dir: Path, state: StudyState, retry_failed: bool = False) -> bool:
+    """Whether a driver start runs this cell: it is unfinished, or (retry_failed) a finished stage of it has
+    trials that crashed after their last retry (records.studies.crashed_trials), which Tune's restore reruns."""
+    if not cell_finished(state):
+        return True
+    return retry_failed and any(studies.crashed_trials(Path(study_dir), stage) for stage in STAGES)
 
 
 def open_experiment(experiment_dir: Path, todo: dict[str, Path], served: dict[str, Path],

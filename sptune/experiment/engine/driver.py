@@ -320,9 +320,10 @@ def group_callbacks(progress: bool, group: Group) -> list:
 
 def run_cells(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callable[..., None] = stage_trainable,
               verbose: int = 0, time_budget_s: float | None = None, stages: tuple[str, ...] = STAGES,
-              states: dict[str, StudyState] | None = None) -> None:
-    """Run (or continue, from experiment_dir/tune/<run>) every stage of every cell in one Tune run, in this
-    (the main) thread. Every cell directory must already hold its study.json (studies.create); `states` are
+              states: dict[str, StudyState] | None = None, retry_failed: bool = False) -> None:
+    """Run (or continue, from experiment_dir/tune/<run>) every stage of every unfinished cell in one Tune run, in
+    this (the main) thread; finished cells are skipped (domain.continued: with `retry_failed`, not those with
+    crashed trials). Every cell directory must already hold its study.json (studies.create); `states` are
     the cells' states this process already holds (the rest are read here, once). `stages` limits what this
     run proposes (a test running one stage's search). Raises interrupts.Interrupted when a signal stopped
     the run (its trials continue on a resume); a time budget ends it cleanly."""
@@ -330,10 +331,14 @@ def run_cells(experiment_dir: Path, cell_dirs: dict[str, Path], stage_fn: Callab
     from ray import tune as ray_tune
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
+    states = {key: (states or {}).get(key) or study_state.load(path) for key, path in cell_dirs.items()}
+    cell_dirs = {key: path for key, path in cell_dirs.items() if domain.continued(path, states[key], retry_failed)}
+    if not cell_dirs:
+        return
     storage = experiment_dir / "tune"
     name = tune_run_name(storage, sorted(cell_dirs))
     experiment = domain.open_experiment(experiment_dir, cell_dirs, served_dirs(cell_dirs, served_cells(storage, name)),
-                                        states or {})
+                                        states)
     todo = [experiment.cells[key] for key in experiment.todo]
     resources.check_cluster(max(cell.state.options.gpus_per_worker for cell in todo))
     for cell in todo:
@@ -444,10 +449,8 @@ def run_study(study_dir: str | Path, address: str | None = None, verbose: int = 
     state = state or study_state.load(study_dir)  # study.json read once a start
     log.info("%s", studies.describe_path(state.options))
     with ray_session(study_dir, address):
-        crashed = retry_failed and any(studies.crashed_trials(study_dir, stage) for stage in STAGES)
-        if crashed or not study_state.cell_finished(state):
-            run_cells(study_dir, {study_dir.name: study_dir}, stage_fn=trainable, verbose=verbose,
-                      time_budget_s=time_budget_s, states={study_dir.name: state})
+        run_cells(study_dir, {study_dir.name: study_dir}, stage_fn=trainable, verbose=verbose,
+                  time_budget_s=time_budget_s, states={study_dir.name: state}, retry_failed=retry_failed)
     rows = results.collect(study_dir, state)
     results.write_csv(rows, study_dir / files.RESULTS_CSV)
     return rows
@@ -471,10 +474,8 @@ def run_seeds(parent: str | Path, address: str | None = None, verbose: int = 1,
     start = time.perf_counter()
     with ray_session(parent, address):
         states = {key: study_state.load(path) for key, path in seed_dirs.items()}  # once each, this start
-        todo = {key: path for key, path in seed_dirs.items() if not study_state.cell_finished(states[key])}
         try:
-            if todo:
-                run_cells(parent, todo, verbose=verbose, time_budget_s=time_budget_s, states=states)
+            run_cells(parent, seed_dirs, verbose=verbose, time_budget_s=time_budget_s, states=states)
         finally:
             for key, path in seed_dirs.items():
                 results.write_csv(results.collect(path, states[key]), path / files.RESULTS_CSV)
