@@ -12,7 +12,7 @@ from sptune import files
 from sptune.cli.main import main
 from sptune.config import load as load_config
 from sptune.errors import UserError
-from sptune.experiment.engine import driver
+from sptune.experiment.engine import domain, driver
 from sptune.records import studies, results, study_state
 from sptune.search import searcher as search, spaces
 from sptune.trials import resources, trainable
@@ -163,6 +163,17 @@ def epochs_stage(eval_every):
     # 5% of listops-mini = 200 training sequences, 2 epochs: batch 8 -> 50 steps, batch 32 -> 14 steps.
     return load_config(CONFIG, TINY + ["optim.epochs=2", "task.train_fraction=0.05", f"optim.eval_every={eval_every}"],
                        stage="scratch").to_dict()
+
+
+def test_a_finished_cell_runs_again_only_to_retry_its_crashed_trials(tmp_path):
+    state = studies.resolve(str(CONFIG), list(TINY), check_rungs=False)
+    assert domain.continued(tmp_path, state) and domain.continued(tmp_path, state, retry_failed=True)
+    state.stage_status = {"pretrain": study_state.DONE, "finetune": study_state.DONE, "scratch": "skipped: no grid"}
+    assert not domain.continued(tmp_path, state, retry_failed=True)  # finished, nothing crashed
+    crashed = tmp_path / "finetune" / "finetune-t1"
+    crashed.mkdir(parents=True)
+    (crashed / files.TRIAL_ERROR).write_text("{}")
+    assert not domain.continued(tmp_path, state) and domain.continued(tmp_path, state, retry_failed=True)
 
 
 def test_asha_rungs_and_stopping_order_with_epochs_and_two_batch_sizes():
