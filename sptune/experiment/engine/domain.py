@@ -54,9 +54,9 @@ class Cell:
 
     def __post_init__(self) -> None:
         fit_packing(self.dir, self.state)
-        self.bounds = cell_bounds(self.state)
         self.stages = {name: Stage(name, trial_spec(self.dir, self.state, name), stage_space(self.state, name),
                                    stage_trials(self.state, name)) for name in STAGES}
+        self.bounds = cell_bounds(self.state, self.stages)
 
 
 @dataclass
@@ -152,10 +152,11 @@ class CellBounds:
     max_failures: int
 
 
-def cell_bounds(state: StudyState) -> CellBounds:
+def cell_bounds(state: StudyState, stages: dict[str, Stage]) -> CellBounds:
+    """The bounds of a cell whose `stages` were just made from `state` (each grid parsed once)."""
     options = state.options
     todo = [stage for stage in STAGES if stage not in state.stage_status]
-    trials = sum(stage_trials(state, stage) + stage_extra_trials(state, stage) for stage in todo)
+    trials = sum(stages[stage].trials + stage_extra_trials(state, stage) for stage in todo)
     return CellBounds(resources=trial_resources(options.path, options.cpus_per_worker, options.gpus_per_worker),
                       trials=trials, concurrency=options.max_concurrent * len(todo),
                       max_failures=options.max_failures)
