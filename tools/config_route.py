@@ -9,7 +9,8 @@ study.json's stages; not the one-field configs a grid value is checked with), a 
 `Cell`, `Stage`, `Experiment`, and containers holding them (one level).
 Every call counts, not the first of each function. A *stay* is each time the config moves into a file other
 than the one it was in; a *return* is a stay in a file it was in before. The driver's part runs the command
-line in this process up to Tune's loop (`driver.fit`); the trial's part runs the worker's entry point
+line in this process through Tune's loop (the engine's searcher proposing the first trial) up to that trial's
+start (Tune's `on_trial_start` hook, as its actor starts); the trial's part runs the worker's entry point
 (`entry.run_trial`, Tune's context faked, as a worker calls it with the specs the driver made) up to the
 training loop (`train.train_loop`).
 """
@@ -82,17 +83,18 @@ def traced(fn: Any) -> list[str]:
     try:
         fn()
     except Reached:
-        pass
+        return [str(Path(path).relative_to(PACKAGE).with_suffix("")) for path in route]
     finally:
         sys.setprofile(None)
-    return [str(Path(path).relative_to(PACKAGE).with_suffix("")) for path in route]
+    raise SystemExit("the part ended before its end was reached: the route was not measured")
 
 
 def driver_part(study_dir: Path) -> list[str]:
-    from sptune.cli.main import main
-    from sptune.experiment.engine import driver
+    from ray.tune import Callback
 
-    driver.fit = reached
+    from sptune.cli.main import main
+
+    Callback.on_trial_start = reached  # the first callback that keeps Tune's own hook ends the part
     return traced(lambda: main(["study", str(ROOT / CONFIG), "--smoke", "--dir", str(study_dir), "--quiet"]))
 
 
