@@ -1,6 +1,8 @@
 """Cross-validated selection (sptune.folds): stratified folds of train + val, selection by the mean over folds,
 and a study that runs every setting on every fold, grid extensions included."""
 
+from pathlib import Path
+
 import pytest
 import torch
 from ray_fixtures import CONFIG, TINY, ray_instance  # noqa: F401 (fixture)
@@ -75,7 +77,7 @@ def test_a_study_with_folds_searches_every_setting_on_every_fold_without_asha():
         assert state.stages[stage]["task"]["val_folds"] == 3
         assert state.space["stages"][stage]["params"][folds.FOLD_KEY] == [0, 1, 2]
         grid = spaces.grid_points(domain.stage_space(state, stage))
-        assert domain.stage_trials(state, stage) == len(grid) == 3 * len(
+        assert domain.stage_of(Path(), state, stage).trials == len(grid) == 3 * len(
             state.space["stages"][stage]["params"]["optim.lr"])
     assert folds.FOLD_KEY not in state.space["stages"]["pretrain"]["params"]
     assert state.stages["pretrain"]["task"]["val_folds"] == 0

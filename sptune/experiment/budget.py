@@ -159,12 +159,12 @@ def study_budget(state: StudyState, cell: str = "", stages: tuple[str, ...] = ST
     from sptune.experiment.engine import domain
     from sptune.trials.trainable import trial_config
 
+    made = [domain.stage_of(Path(), state, stage) for stage in stages]
     return [dataclasses.replace(
-                stage_budget(trial_config(domain.trial_spec(Path(), state, stage), {}).to_dict(), stage,
-                             domain.stage_trials(state, stage),
-                             shape_points(domain.stage_space(state, stage).params), cell),
-                extra_trials=domain.stage_extra_trials(state, stage), trials_per_gpu=state.options.trials_per_gpu)
-            for stage in stages]
+                stage_budget(trial_config(stage.spec, {}).to_dict(), stage.name, stage.trials,
+                             shape_points(stage.grid.params), cell),
+                extra_trials=domain.stage_extra_trials(state, stage.name), trials_per_gpu=state.options.trials_per_gpu)
+            for stage in made]
 
 
 def stage_budget(resolved: dict[str, Any], stage: str, trials: int, points: list[dict[str, Any]],

@@ -54,8 +54,7 @@ class Cell:
 
     def __post_init__(self) -> None:
         fit_packing(self.dir, self.state)
-        self.stages = {name: Stage(name, trial_spec(self.dir, self.state, name), stage_space(self.state, name),
-                                   stage_trials(self.state, name)) for name in STAGES}
+        self.stages = {name: stage_of(self.dir, self.state, name) for name in STAGES}
         self.bounds = cell_bounds(self.state, self.stages)
 
 
@@ -162,14 +161,16 @@ def cell_bounds(state: StudyState, stages: dict[str, Stage]) -> CellBounds:
                       max_failures=options.max_failures)
 
 
+def stage_of(study_dir: Path, state: StudyState, name: str) -> Stage:
+    """A stage of the cell in `study_dir` as its `state` gives it: its trials' spec, its grid (parsed once) and
+    how many trials its search runs (the grid's size, capped by num_samples)."""
+    grid = stage_space(state, name)
+    return Stage(name, trial_spec(study_dir, state, name), grid, spaces.trial_count(grid, state.options.num_samples))
+
+
 def stage_space(state: StudyState, stage: str) -> spaces.StageSpace:
     """The stage's grid as study.json keeps it, parsed."""
     return spaces.parse({"stages": {stage: state.space["stages"][stage]}}).stages[stage]
-
-
-def stage_trials(state: StudyState, stage: str) -> int:
-    """How many trials the stage's search runs (its grid's size, capped by num_samples)."""
-    return spaces.trial_count(stage_space(state, stage), state.options.num_samples)
 
 
 def stage_extra_trials(state: StudyState, stage: str) -> int:
