@@ -6,8 +6,9 @@ a cell's `Stage`s are searched by trials (pretrain -> select -> finetune, scratc
 Built once per driver start: each cell's study.json is read once (or made by studies.create in this process),
 with what the engine asks of it worked out once (its bounds, each stage's trial spec, grid and trial count).
 Every engine part (the searcher, the per-group schedulers and callbacks, the trials' specs and placements) works
-on these objects. The searcher alone changes a cell's state, and writes study.json at once (for a resume and the
-reports): the file is an edge, never a channel.
+on these objects. Once they are built (a cell fitting its trials to GPU packing saves that first), the searcher
+alone changes a cell's state, and writes study.json at once (for a resume and the reports): the file is an edge,
+never a channel.
 
 The open cells are kept by directory for the parts Tune pickles with its experiment state (the searcher,
 GroupScheduler, GroupCallbacks), which a restore brings back without them.
