@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[1]
 MEASURED = {"driver": (15, 6), "trial": (14, 8)}  # (stays, returns) as docs/architecture.md lists them
 
 
-@pytest.mark.slow  # ~30 s: the driver's part starts Ray
+@pytest.mark.slow  # ~35 s: the driver's part starts Ray and runs Tune's loop to the first trial's start
 def test_the_route_is_as_documented_and_a_trial_touches_no_study_record(tmp_path):
     env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "RAY_ADDRESS": ""}
     proc = subprocess.run([sys.executable, str(REPO / "tools" / "config_route.py")], cwd=tmp_path, env=env,
